@@ -1,0 +1,157 @@
+# Makefile - builds libmoonrl (static and shared), the Lua module moonrl/core.so, the moonrl command
+# and moonrl.pc; installs them; runs the tests, the sanitizer build, the demo and the benchmarks.
+#
+#   make            install missing Debian packages, then build everything into build/
+#   make test       build, then run every test; the last line reads "N passed, N failed"
+#   make demo       build, then run recipes/quickstart.lua
+#   make asan       the whole test suite under AddressSanitizer + UBSan (build in build-asan/)
+#   make bench      benchmarks (matmul GFLOPS, elementwise GB/s)
+#   make install PREFIX=/usr/local   /   make uninstall PREFIX=...
+
+PREFIX     ?= /usr/local
+DESTDIR    ?=
+BUILD      ?= build
+CC         ?= cc
+SANITIZE   ?=
+
+VERSION    := 0.1.0
+SOVERSION  := 0
+LUA_INC    ?= /usr/include/lua5.4
+LUA_VER    := 5.4
+
+CFLAGS_BASE := -std=c11 -O2 -g -Wall -Wextra -Werror -fPIC -fvisibility=hidden \
+               -D_POSIX_C_SOURCE=200809L -DMRL_BUILDING_LIBRARY
+CPPFLAGS    := -Iengine/include -Iengine/src -I$(BUILD)/gen -I$(LUA_INC)
+ifeq ($(SANITIZE),1)
+SANFLAGS    := -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
+endif
+CFLAGS      ?=
+ALL_CFLAGS  := $(CFLAGS_BASE) $(SANFLAGS) $(CFLAGS)
+LDLIBS_CORE := -lm -ldl -lpthread
+
+# engine core (no Lua), the Lua binding, and what only the library/command need
+CORE_SRC    := engine/src/engine.c engine/src/rng.c engine/src/blas.c engine/src/tensor.c \
+               engine/src/tensor_ops.c engine/src/tensor_matmul.c
+BIND_SRC    := engine/src/lua_tensor.c engine/src/lua_module.c
+LIB_SRC     := engine/src/script.c engine/src/lua_embed.c
+LUA_MODULES := $(filter-out lua/moonrl/ffi.lua,$(wildcard lua/moonrl/*.lua))
+
+obj = $(patsubst engine/%.c,$(BUILD)/obj/%.o,$(1))
+CORE_OBJ    := $(call obj,$(CORE_SRC))
+BIND_OBJ    := $(call obj,$(BIND_SRC))
+LIB_OBJ     := $(call obj,$(LIB_SRC)) $(BUILD)/obj/gen/lua_modules.o
+MODULE_OBJ  := $(BUILD)/obj/src/lua_core_module.o
+CLI_OBJ     := $(call obj,$(wildcard engine/cli/*.c))
+HEADERS     := $(wildcard engine/include/*.h engine/src/*.h)
+
+STATIC_LIB  := $(BUILD)/libmoonrl.a
+SHARED_LIB  := $(BUILD)/libmoonrl.so.$(VERSION)
+LUA_CMOD    := $(BUILD)/lib/lua/$(LUA_VER)/moonrl/core.so
+MOONRL      := $(BUILD)/moonrl
+PCFILE      := $(BUILD)/moonrl.pc
+FFI_CDEF    := $(BUILD)/lua/moonrl/ffi_cdef.lua
+C_TESTS     := $(patsubst tests/c/%.c,$(BUILD)/tests/%,$(filter-out tests/c/check.c,$(wildcard tests/c/test_*.c)))
+
+.PHONY: all deps build test asan demo bench install uninstall clean
+all: deps
+	@$(MAKE) --no-print-directory build
+
+deps:
+	@sh scripts/deps.sh
+
+build: $(STATIC_LIB) $(SHARED_LIB) $(LUA_CMOD) $(MOONRL) $(PCFILE) $(FFI_CDEF) $(C_TESTS)
+
+$(BUILD)/obj/%.o: engine/%.c $(HEADERS)
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_CFLAGS) $(CPPFLAGS) -c $< -o $@
+
+$(BUILD)/gen/lua_modules.c: scripts/embed_lua.lua $(LUA_MODULES)
+	@mkdir -p $(dir $@)
+	lua5.4 scripts/embed_lua.lua $@ $(foreach f,$(LUA_MODULES),$(subst /,.,$(patsubst lua/%.lua,%,$(patsubst %/init.lua,%.lua,$(f))))=$(f))
+
+$(BUILD)/obj/gen/lua_modules.o: $(BUILD)/gen/lua_modules.c engine/src/lua_embed.h
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_CFLAGS) $(CPPFLAGS) -c $< -o $@
+
+$(STATIC_LIB): $(CORE_OBJ) $(BIND_OBJ) $(LIB_OBJ)
+	@rm -f $@
+	ar rcs $@ $^
+
+$(SHARED_LIB): $(CORE_OBJ) $(BIND_OBJ) $(LIB_OBJ)
+	$(CC) $(ALL_CFLAGS) -shared -Wl,-soname,libmoonrl.so.$(SOVERSION) -Wl,--no-undefined \
+	  -o $@ $^ -llua$(LUA_VER) $(LDLIBS_CORE)
+	ln -sf libmoonrl.so.$(VERSION) $(BUILD)/libmoonrl.so.$(SOVERSION)
+	ln -sf libmoonrl.so.$(SOVERSION) $(BUILD)/libmoonrl.so
+
+# A Lua C module resolves lua_* from the host interpreter, so it does not link liblua.
+$(LUA_CMOD): $(CORE_OBJ) $(BIND_OBJ) $(MODULE_OBJ)
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_CFLAGS) -shared -o $@ $^ $(LDLIBS_CORE)
+
+$(MOONRL): $(CLI_OBJ) $(STATIC_LIB)
+	$(CC) $(ALL_CFLAGS) -o $@ $(CLI_OBJ) $(STATIC_LIB) -llua$(LUA_VER) -lreadline $(LDLIBS_CORE)
+
+$(PCFILE): scripts/moonrl.pc.in Makefile
+	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@VERSION@|$(VERSION)|' $< > $@
+
+$(FFI_CDEF): scripts/gen_cdef.lua engine/include/moonrl.h
+	@mkdir -p $(dir $@)
+	lua5.4 scripts/gen_cdef.lua engine/include/moonrl.h $@
+
+$(BUILD)/tests/%: tests/c/%.c tests/c/check.c tests/c/check.h $(STATIC_LIB)
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_CFLAGS) $(CPPFLAGS) -Itests/c -o $@ $< tests/c/check.c $(STATIC_LIB) \
+	  -llua$(LUA_VER) $(LDLIBS_CORE)
+
+$(BUILD)/bench_matmul: scripts/bench_matmul.c $(STATIC_LIB)
+	$(CC) $(ALL_CFLAGS) $(CPPFLAGS) -o $@ $< $(STATIC_LIB) -llua$(LUA_VER) $(LDLIBS_CORE)
+
+test: all
+	@sh scripts/run_tests.sh $(BUILD)
+
+asan: deps
+	@$(MAKE) --no-print-directory BUILD=build-asan SANITIZE=1 build
+	@sh scripts/run_tests.sh build-asan asan
+
+demo: all
+	$(MOONRL) run recipes/quickstart.lua
+
+bench: all
+	@sh scripts/bench.sh $(BUILD)
+
+LIBDIR  := $(PREFIX)/lib
+INCDIR  := $(PREFIX)/include
+BINDIR  := $(PREFIX)/bin
+LUADIR  := $(PREFIX)/share/lua/$(LUA_VER)
+CMODDIR := $(PREFIX)/lib/lua/$(LUA_VER)
+JITDIR  := $(PREFIX)/share/lua/5.1
+
+install: all
+	install -d $(DESTDIR)$(LIBDIR)/pkgconfig $(DESTDIR)$(INCDIR) $(DESTDIR)$(BINDIR) \
+	  $(DESTDIR)$(LUADIR)/moonrl $(DESTDIR)$(CMODDIR)/moonrl $(DESTDIR)$(JITDIR)/moonrl
+	install -m 644 engine/include/moonrl.h $(DESTDIR)$(INCDIR)/moonrl.h
+	install -m 644 $(STATIC_LIB) $(DESTDIR)$(LIBDIR)/libmoonrl.a
+	install -m 755 $(SHARED_LIB) $(DESTDIR)$(LIBDIR)/libmoonrl.so.$(VERSION)
+	ln -sf libmoonrl.so.$(VERSION) $(DESTDIR)$(LIBDIR)/libmoonrl.so.$(SOVERSION)
+	ln -sf libmoonrl.so.$(SOVERSION) $(DESTDIR)$(LIBDIR)/libmoonrl.so
+	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@VERSION@|$(VERSION)|' scripts/moonrl.pc.in \
+	  > $(DESTDIR)$(LIBDIR)/pkgconfig/moonrl.pc
+	install -m 755 $(MOONRL) $(DESTDIR)$(BINDIR)/moonrl
+	install -m 755 $(LUA_CMOD) $(DESTDIR)$(CMODDIR)/moonrl/core.so
+	install -m 644 $(LUA_MODULES) $(DESTDIR)$(LUADIR)/moonrl/
+	install -m 644 lua/moonrl/ffi.lua $(FFI_CDEF) $(DESTDIR)$(JITDIR)/moonrl/
+	sed -i 's|^local LIBDIR = .*|local LIBDIR = "$(LIBDIR)"|' $(DESTDIR)$(JITDIR)/moonrl/ffi_cdef.lua
+	@if [ -z "$(DESTDIR)" ] && [ "$$(id -u)" = 0 ] && command -v ldconfig >/dev/null; then ldconfig; fi
+
+uninstall:
+	rm -f $(DESTDIR)$(INCDIR)/moonrl.h $(DESTDIR)$(LIBDIR)/libmoonrl.a \
+	  $(DESTDIR)$(LIBDIR)/libmoonrl.so $(DESTDIR)$(LIBDIR)/libmoonrl.so.$(SOVERSION) \
+	  $(DESTDIR)$(LIBDIR)/libmoonrl.so.$(VERSION) $(DESTDIR)$(LIBDIR)/pkgconfig/moonrl.pc \
+	  $(DESTDIR)$(BINDIR)/moonrl $(DESTDIR)$(CMODDIR)/moonrl/core.so
+	rm -f $(addprefix $(DESTDIR)$(LUADIR)/moonrl/,$(notdir $(LUA_MODULES)))
+	rm -f $(DESTDIR)$(JITDIR)/moonrl/ffi.lua $(DESTDIR)$(JITDIR)/moonrl/ffi_cdef.lua
+	-rmdir $(DESTDIR)$(LUADIR)/moonrl $(DESTDIR)$(CMODDIR)/moonrl $(DESTDIR)$(JITDIR)/moonrl 2>/dev/null
+	@if [ -z "$(DESTDIR)" ] && [ "$$(id -u)" = 0 ] && command -v ldconfig >/dev/null; then ldconfig; fi
+
+clean:
+	rm -rf build build-asan

@@ -1,0 +1,103 @@
+/* internal.h - definitions shared by the engine's source files; not installed. */
+#ifndef MRL_INTERNAL_H
+#define MRL_INTERNAL_H
+
+#include "moonrl.h"
+
+#include <stdarg.h>
+#include <stdbool.h>
+
+#define MRL_ERRMSG_CAP 4096
+
+struct mrl_rng {
+  uint64_t s[4];
+  double spare;     /* second Box-Muller variate, valid when has_spare */
+  int has_spare;
+  mrl_engine *engine; /* NULL for the engine's embedded default RNG */
+};
+
+struct mrl_engine {
+  long refs;            /* the user's reference plus one per live object made from it */
+  int user_freed;       /* mrl_engine_free has been called */
+  mrl_alloc_fn alloc;
+  void *alloc_ud;
+  size_t mem_used, mem_peak, mem_limit;
+  struct mrl_rng rng;
+  char err[MRL_ERRMSG_CAP];
+};
+
+typedef struct mrl_storage {
+  long refs;
+  mrl_engine *engine;
+  float *data;        /* aligned start of the elements */
+  void *block;        /* what the allocator returned (NULL for wrapped memory) */
+  size_t block_size;
+  void (*release)(void *ud, float *data);
+  void *release_ud;
+} mrl_storage;
+
+struct mrl_tensor {
+  mrl_storage *storage;
+  float *data; /* element (0,...,0) */
+  int rank;
+  int64_t numel;
+  int64_t shape[MRL_MAX_RANK];
+  int64_t stride[MRL_MAX_RANK];
+};
+
+/* ---- engine.c ---- */
+/* Records a message "fn: detail" as the engine's last error and returns status. e may be NULL. */
+mrl_status mrl__fail(mrl_engine *e, mrl_status status, const char *fn, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+void *mrl__alloc(mrl_engine *e, size_t size);       /* counts toward the limit; NULL on failure */
+void mrl__free(mrl_engine *e, void *p, size_t size); /* p may be NULL */
+void mrl__engine_retain(mrl_engine *e);
+void mrl__engine_release(mrl_engine *e);
+
+/* ---- rng.c ---- */
+void mrl__rng_seed(struct mrl_rng *r, uint64_t seed);
+uint64_t mrl__rng_u64(struct mrl_rng *r);
+double mrl__rng_uniform(struct mrl_rng *r);
+double mrl__rng_normal(struct mrl_rng *r);
+
+/* ---- tensor.c ---- */
+/* Normalises a possibly negative dim against rank; returns -1 if out of range. */
+int mrl__dim(int dim, int rank);
+/* Product of shape with overflow and negative checks; false on overflow/negative. */
+bool mrl__numel(int rank, const int64_t *shape, int64_t *numel);
+/* Allocates a contiguous zero-filled tensor. fn names the public caller for the message. */
+mrl_status mrl__tensor_alloc(mrl_engine *e, const char *fn, int rank, const int64_t *shape,
+                             mrl_tensor **out);
+/* Resolves the `out` in/out convention: allocate when *out is NULL, else check the shape.
+ * *fresh is set when a new tensor was made (so the caller frees it if a later step fails). */
+mrl_status mrl__prepare_out(mrl_engine *e, const char *fn, mrl_tensor **out, int rank,
+                            const int64_t *shape, mrl_tensor **result, bool *fresh);
+mrl_engine *mrl__engine_of(const mrl_tensor *t);
+/* A new view with t's geometry over t's storage. */
+mrl_status mrl__tensor_view(mrl_tensor *t, const char *fn, mrl_tensor **out);
+bool mrl__is_contiguous(const mrl_tensor *t);
+/* Writes "(2x3x4)" (or "()" for a scalar) into buf. */
+void mrl__shape_str(char *buf, size_t cap, int rank, const int64_t *shape);
+
+/* Iterates the multi-index of a shape in row-major order. */
+typedef struct mrl_index_iter {
+  int rank;
+  int64_t shape[MRL_MAX_RANK];
+  int64_t idx[MRL_MAX_RANK];
+} mrl_index_iter;
+void mrl__iter_init(mrl_index_iter *it, int rank, const int64_t *shape);
+/* Advances to the next index; returns the deepest dimension that changed (-1 at the end). */
+int mrl__iter_next(mrl_index_iter *it);
+int64_t mrl__offset(const int64_t *stride, const int64_t *idx, int rank);
+
+/* ---- blas.c ---- */
+typedef void (*mrl_sgemm_fn)(int order, int transa, int transb, int m, int n, int k, float alpha,
+                             const float *a, int lda, const float *b, int ldb, float beta, float *c,
+                             int ldc);
+/* Loads OpenBLAS once (thread-safe); returns its sgemm or NULL when unavailable. */
+mrl_sgemm_fn mrl__blas_sgemm(void);
+/* Row-major C = alpha * op(A) op(B) + beta * C with the portable reference kernel. */
+void mrl__sgemm_naive(bool transa, bool transb, int m, int n, int k, float alpha, const float *a,
+                      int lda, const float *b, int ldb, float beta, float *c, int ldc);
+
+#endif /* MRL_INTERNAL_H */

@@ -1,0 +1,42 @@
+/* lua_internal.h - helpers shared by the Lua binding's files (the only engine files that include
+ * lua.h); not installed. */
+#ifndef MRL_LUA_INTERNAL_H
+#define MRL_LUA_INTERNAL_H
+
+#include "internal.h"
+
+#include <lauxlib.h>
+#include <lua.h>
+
+#define MRL_TENSOR_MT "moonrl.tensor"
+#define MRL_ENGINE_KEY "moonrl.engine" /* registry: the state's engine box */
+
+/* A Lua tensor: a box holding one C view. t is NULL once closed. */
+typedef struct {
+  mrl_tensor *t;
+} mrl_ltensor;
+
+/* Opens the whole binding (the table `require "moonrl.core"` returns). Uses the engine stored in
+ * the registry under MRL_ENGINE_KEY, creating one if there is none. */
+int mrl__lua_open_core(lua_State *L);
+
+/* Stores e in the registry as the state's engine (retaining it). */
+void mrl__lua_set_engine(lua_State *L, mrl_engine *e);
+/* The state's engine (creating it on first use); raises on allocation failure. */
+mrl_engine *mrl__lua_engine(lua_State *L);
+
+/* Tensor class (lua_tensor.c). */
+void mrl__lua_open_tensor(lua_State *L); /* pushes the `tensor` table */
+mrl_tensor *mrl__lua_check_tensor(lua_State *L, int idx, const char *name);
+mrl_tensor *mrl__lua_test_tensor(lua_State *L, int idx); /* NULL if not an open tensor */
+/* Pushes a Lua tensor that takes ownership of t (t may be NULL only on the error path). */
+void mrl__lua_push_tensor(lua_State *L, mrl_tensor *t);
+
+/* Raises the engine's last error for a failed status: an argument error on `arg` when arg > 0,
+ * otherwise a plain error. The "mrl_xxx: " prefix of the C message is dropped. */
+int mrl__lua_raise(lua_State *L, mrl_engine *e, mrl_status st, int arg);
+
+/* Embedded Lua modules (generated from the files in lua/moonrl/): registers package.preload entries. */
+void mrl__lua_preload_embedded(lua_State *L);
+
+#endif /* MRL_LUA_INTERNAL_H */

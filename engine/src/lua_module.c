@@ -1,0 +1,108 @@
+/* lua_module.c - the `moonrl.core` Lua module table: the state's engine, version, BLAS info,
+ * seeding and memory figures, plus the tensor class. */
+#include "lua_internal.h"
+
+#define ENGINE_BOX_MT "moonrl.engine_box" /* metatable name; differs from the registry key */
+
+typedef struct {
+  mrl_engine *e;
+} engine_box;
+
+static int engine_box_gc(lua_State *L) {
+  engine_box *b = luaL_checkudata(L, 1, ENGINE_BOX_MT);
+  if (b->e) mrl__engine_release(b->e);
+  b->e = NULL;
+  return 0;
+}
+
+static engine_box *new_engine_box(lua_State *L) {
+  engine_box *b = lua_newuserdatauv(L, sizeof *b, 0);
+  b->e = NULL;
+  if (luaL_newmetatable(L, ENGINE_BOX_MT)) {
+    lua_pushcfunction(L, engine_box_gc);
+    lua_setfield(L, -2, "__gc");
+  }
+  lua_setmetatable(L, -2);
+  return b;
+}
+
+void mrl__lua_set_engine(lua_State *L, mrl_engine *e) {
+  engine_box *b = new_engine_box(L);
+  mrl__engine_retain(e);
+  b->e = e;
+  lua_setfield(L, LUA_REGISTRYINDEX, MRL_ENGINE_KEY);
+}
+
+mrl_engine *mrl__lua_engine(lua_State *L) {
+  lua_getfield(L, LUA_REGISTRYINDEX, MRL_ENGINE_KEY);
+  engine_box *b = luaL_testudata(L, -1, ENGINE_BOX_MT);
+  lua_pop(L, 1);
+  if (b && b->e) return b->e;
+  b = new_engine_box(L);
+  if (mrl_engine_new(&b->e) != MRL_OK) luaL_error(L, "moonrl: cannot allocate an engine");
+  lua_setfield(L, LUA_REGISTRYINDEX, MRL_ENGINE_KEY);
+  return b->e;
+}
+
+/* rl.blas_info() -> {core=, threads=, config=, source=, recommended=} */
+static int l_blas_info(lua_State *L) {
+  const char *core, *config, *source, *rec = mrl_blas_recommended_coretype();
+  int threads;
+  mrl_blas_info(&core, &threads, &config, &source);
+  lua_createtable(L, 0, 5);
+  lua_pushstring(L, core);
+  lua_setfield(L, -2, "core");
+  lua_pushinteger(L, threads);
+  lua_setfield(L, -2, "threads");
+  lua_pushstring(L, config);
+  lua_setfield(L, -2, "config");
+  lua_pushstring(L, source);
+  lua_setfield(L, -2, "source");
+  if (rec) {
+    lua_pushstring(L, rec);
+    lua_setfield(L, -2, "recommended");
+  }
+  return 1;
+}
+
+/* rl.blas_threads(n): sets OpenBLAS's thread count (process-wide). */
+static int l_blas_threads(lua_State *L) {
+  lua_Integer n = luaL_checkinteger(L, 1);
+  if (n < 1 || n > 1024) return luaL_argerror(L, 1, "threads: expected 1..1024");
+  mrl_blas_set_threads((int)n);
+  return 0;
+}
+
+/* rl.seed(n): reseeds the engine's default RNG (used by randn/rand without a seed). */
+static int l_seed(lua_State *L) {
+  lua_Integer seed = luaL_checkinteger(L, 1);
+  mrl_rng_seed(mrl_engine_rng(mrl__lua_engine(L)), (uint64_t)seed);
+  return 0;
+}
+
+/* rl.memory() -> {used=, peak=} bytes held by the engine (tensors and handles). */
+static int l_memory(lua_State *L) {
+  mrl_engine *e = mrl__lua_engine(L);
+  lua_createtable(L, 0, 2);
+  lua_pushinteger(L, (lua_Integer)mrl_engine_memory_used(e));
+  lua_setfield(L, -2, "used");
+  lua_pushinteger(L, (lua_Integer)mrl_engine_memory_peak(e));
+  lua_setfield(L, -2, "peak");
+  return 1;
+}
+
+static const luaL_Reg core_funcs[] = {{"blas_info", l_blas_info},
+                                      {"blas_threads", l_blas_threads},
+                                      {"seed", l_seed},
+                                      {"memory", l_memory},
+                                      {NULL, NULL}};
+
+int mrl__lua_open_core(lua_State *L) {
+  mrl__lua_engine(L);
+  luaL_newlib(L, core_funcs);
+  lua_pushstring(L, mrl_version());
+  lua_setfield(L, -2, "version");
+  mrl__lua_open_tensor(L);
+  lua_setfield(L, -2, "tensor");
+  return 1;
+}

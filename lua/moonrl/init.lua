@@ -1,0 +1,15 @@
+-- moonrl: the Lua face of the engine. `local rl = require "moonrl"` in the moonrl command, in
+-- plain lua5.4 (after `make install` or `eval "$(moonrl env)"`), and in programs that embed the
+-- engine. LuaJIT users require "moonrl.ffi", which offers the same tensor API over FFI.
+local core = require "moonrl.core"
+
+local rl = {
+  version = core.version,   -- engine version string, e.g. "0.1.0"
+  tensor = core.tensor,     -- constructors: zeros, ones, full, randn, rand, arange, from, matmul
+  blas_info = core.blas_info, -- {core=, threads=, config=, source=, recommended=}
+  blas_threads = core.blas_threads,
+  seed = core.seed,         -- reseeds the default RNG used by randn/rand without a seed
+  memory = core.memory,     -- {used=, peak=} bytes of tensor memory held by the engine
+}
+
+return rl
