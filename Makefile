@@ -84,9 +84,10 @@ $(SHARED_LIB): $(CORE_OBJ) $(BIND_OBJ) $(LIB_OBJ)
 	ln -sf libmoonrl.so.$(SOVERSION) $(BUILD)/libmoonrl.so
 
 # A Lua C module resolves lua_* from the host interpreter, so it does not link liblua.
-$(LUA_CMOD): $(CORE_OBJ) $(BIND_OBJ) $(MODULE_OBJ)
+$(LUA_CMOD): $(CORE_OBJ) $(BIND_OBJ) $(MODULE_OBJ) scripts/lua_module.map
 	@mkdir -p $(dir $@)
-	$(CC) $(ALL_CFLAGS) -shared -o $@ $^ $(LDLIBS_CORE)
+	$(CC) $(ALL_CFLAGS) -shared -Wl,--version-script=scripts/lua_module.map -o $@ \
+	  $(CORE_OBJ) $(BIND_OBJ) $(MODULE_OBJ) $(LDLIBS_CORE)
 
 $(MOONRL): $(CLI_OBJ) $(STATIC_LIB)
 	$(CC) $(ALL_CFLAGS) -o $@ $(CLI_OBJ) $(STATIC_LIB) -llua$(LUA_VER) -lreadline $(LDLIBS_CORE)
@@ -103,8 +104,12 @@ $(BUILD)/tests/%: tests/c/%.c tests/c/check.c tests/c/check.h $(STATIC_LIB)
 	$(CC) $(ALL_CFLAGS) $(CPPFLAGS) -Itests/c -o $@ $< tests/c/check.c $(STATIC_LIB) \
 	  -llua$(LUA_VER) $(LDLIBS_CORE)
 
-$(BUILD)/bench_matmul: scripts/bench_matmul.c $(STATIC_LIB)
+$(BUILD)/bench_tensor: scripts/bench_tensor.c $(STATIC_LIB)
 	$(CC) $(ALL_CFLAGS) $(CPPFLAGS) -o $@ $< $(STATIC_LIB) -llua$(LUA_VER) $(LDLIBS_CORE)
+
+# Linked with OpenBLAS the usual way: the baseline of OpenBLAS choosing its own kernels.
+$(BUILD)/bench_stock_blas: scripts/bench_stock_blas.c
+	$(CC) $(ALL_CFLAGS) -o $@ $< -lopenblas
 
 test: all
 	@sh scripts/run_tests.sh $(BUILD)
@@ -117,6 +122,7 @@ demo: all
 	$(MOONRL) run recipes/quickstart.lua
 
 bench: all
+	@$(MAKE) --no-print-directory $(BUILD)/bench_tensor $(BUILD)/bench_stock_blas
 	@sh scripts/bench.sh $(BUILD)
 
 LIBDIR  := $(PREFIX)/lib

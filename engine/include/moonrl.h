@@ -56,6 +56,9 @@ MRL_API const char *mrl_strerror(mrl_status status);
  * to detect a header/library mismatch. */
 MRL_API const char *mrl_version(void);
 
+/* Seconds from an arbitrary start on a monotonic clock (for timing; not wall-clock time). */
+MRL_API double mrl_clock(void);
+
 /* ---- opaque handles ---- */
 typedef struct mrl_engine mrl_engine; /* allocator, memory accounting, default RNG, last error */
 typedef struct mrl_tensor mrl_tensor; /* a float32 n-d view onto reference-counted storage */

@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 const char *mrl_version(void) { return MRL_VERSION_STRING; }
 
@@ -21,6 +22,12 @@ const char *mrl_strerror(mrl_status status) {
   case MRL_ERR_UNSUPPORTED: return "unsupported operation";
   }
   return "unknown status";
+}
+
+double mrl_clock(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
 static void *default_alloc(void *ud, void *ptr, size_t old_size, size_t new_size) {

@@ -91,7 +91,14 @@ static int l_memory(lua_State *L) {
   return 1;
 }
 
+/* rl.clock() -> seconds on a monotonic clock, for timing. */
+static int l_clock(lua_State *L) {
+  lua_pushnumber(L, mrl_clock());
+  return 1;
+}
+
 static const luaL_Reg core_funcs[] = {{"blas_info", l_blas_info},
+                                      {"clock", l_clock},
                                       {"blas_threads", l_blas_threads},
                                       {"seed", l_seed},
                                       {"memory", l_memory},

@@ -521,15 +521,16 @@ static mrl_tensor **result_slot(lua_State *L, int out_idx, mrl_tensor **given) {
 typedef mrl_status (*binary_fn)(mrl_tensor **, const mrl_tensor *, const mrl_tensor *);
 typedef mrl_status (*unary_fn)(mrl_tensor **, const mrl_tensor *);
 
-/* A number operand becomes a rank-0 tensor that broadcasts. Returns a tensor the caller frees
- * (*owned) or a borrowed one. */
-static mrl_tensor *operand(lua_State *L, int idx, mrl_engine *e, mrl_tensor **owned,
-                           const char *name) {
-  *owned = NULL;
+/* The tensor at idx; a number there becomes a rank-0 tensor (which broadcasts) and replaces the
+ * number on the stack, so that the collector owns it even if a later step raises. */
+static mrl_tensor *operand(lua_State *L, int idx, mrl_engine *e, const char *name) {
   if (lua_type(L, idx) == LUA_TNUMBER) {
-    mrl_status st = mrl_tensor_scalar(e, (float)lua_tonumber(L, idx), owned);
+    float v = (float)lua_tonumber(L, idx);
+    mrl_tensor **slot = new_box(L);
+    mrl_status st = mrl_tensor_scalar(e, v, slot);
     if (st) mrl__lua_raise(L, e, st, idx);
-    return *owned;
+    lua_replace(L, idx);
+    return *slot;
   }
   mrl_ltensor *b = luaL_testudata(L, idx, MRL_TENSOR_MT);
   if (!b || !b->t)
@@ -543,16 +544,11 @@ static int binary_op(lua_State *L, binary_fn f) {
   mrl_tensor *other = mrl__lua_test_tensor(L, 2);
   mrl_engine *e = mrl__engine_of(self ? self : other);
   if (!e) e = mrl__lua_engine(L);
-  mrl_tensor *oa, *ob, *given = NULL;
-  mrl_tensor *a = operand(L, 1, e, &oa, "self");
-  mrl_tensor *b;
-  /* keep `oa` from leaking if the second operand raises: box it first */
-  if (oa) mrl__lua_push_tensor(L, oa), lua_replace(L, 1), oa = NULL;
-  b = operand(L, 2, e, &ob, "other");
-  if (ob) mrl__lua_push_tensor(L, ob), lua_replace(L, 2), ob = NULL;
+  mrl_tensor *a = operand(L, 1, e, "self");
+  mrl_tensor *b = operand(L, 2, e, "other");
+  mrl_tensor *given = NULL;
   mrl_tensor **slot = result_slot(L, 3, &given);
-  mrl_status st = f(slot, a, b);
-  check_result(L, e, st, 2, given ? NULL : *slot);
+  check_result(L, e, f(slot, a, b), 2, given ? NULL : *slot);
   return 1;
 }
 
@@ -654,8 +650,9 @@ static int m_argmax(lua_State *L) {
     return 1;
   }
   int d = check_dim(L, 2, t->rank, "dim");
+  int keep = lua_toboolean(L, 3);
   mrl_tensor **idx = new_box(L);
-  check_result(L, e, mrl_tensor_argmax(idx, t, d, lua_toboolean(L, 3)), 1, *idx);
+  check_result(L, e, mrl_tensor_argmax(idx, t, d, keep), 1, *idx);
   to_one_based(*idx);
   return 1;
 }

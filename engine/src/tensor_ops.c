@@ -225,17 +225,29 @@ mrl_status mrl_tensor_copy(mrl_tensor *dst, const mrl_tensor *src) {
   return MRL_OK;
 }
 
-/* Visits every element of t in row-major order. */
-#define FOR_EACH_ELEMENT(t, k, ptr, BODY)                                                          \
+/* Visits every element of t in row-major order, a row (the last dimension) at a time: k counts
+ * elements, ptr points at the current one. */
+#define FOR_EACH_ELEMENT(t, k, ptr, BODY) FOR_EACH_PAIR(t, t, k, ptr, ptr_b_unused_, BODY)
+
+/* The same over two tensors of equal shape, walking both in step (pa in a, pb in b). */
+#define FOR_EACH_PAIR(a, b, k, pa, pb, BODY)                                                       \
   do {                                                                                             \
-    if ((t)->numel == 0) break;                                                                    \
+    if ((a)->numel == 0) break;                                                                    \
+    int outer_ = (a)->rank ? (a)->rank - 1 : 0;                                                    \
+    int64_t len_ = (a)->rank ? (a)->shape[outer_] : 1;                                             \
+    int64_t sa_ = (a)->rank ? (a)->stride[outer_] : 1, sb_ = (b)->rank ? (b)->stride[outer_] : 1;  \
     mrl_index_iter it_;                                                                            \
-    mrl__iter_init(&it_, (t)->rank, (t)->shape);                                                   \
+    mrl__iter_init(&it_, outer_, (a)->shape);                                                      \
     int64_t k = 0;                                                                                 \
     do {                                                                                           \
-      float *ptr = (t)->data + mrl__offset((t)->stride, it_.idx, (t)->rank);                       \
-      BODY;                                                                                        \
-      k++;                                                                                         \
+      float *row_a_ = (a)->data + mrl__offset((a)->stride, it_.idx, outer_);                       \
+      float *row_b_ = (b)->data + mrl__offset((b)->stride, it_.idx, outer_);                       \
+      for (int64_t j_ = 0; j_ < len_; j_++, k++) {                                                 \
+        float *pa = row_a_ + j_ * sa_;                                                             \
+        float *pb = row_b_ + j_ * sb_;                                                             \
+        (void)pb;                                                                                  \
+        BODY;                                                                                      \
+      }                                                                                            \
     } while (mrl__iter_next(&it_) >= 0);                                                           \
   } while (0)
 
@@ -419,13 +431,19 @@ static mrl_status softmax_impl(const char *fn, bool logarithm, mrl_tensor **out,
         if (x[k * sa] > m || isnan(x[k * sa])) m = x[k * sa];
       if (m == -INFINITY) m = 0.0f; /* every entry -inf: keep the exp(-inf) = 0 arithmetic */
       double sum = 0.0;
-      for (int64_t k = 0; k < n; k++) sum += expf(x[k * sa] - m);
       if (logarithm) {
+        for (int64_t k = 0; k < n; k++) sum += expf(x[k * sa] - m);
         float lse = m + (float)log(sum);
         for (int64_t k = 0; k < n; k++) y[k * so] = x[k * sa] - lse;
       } else {
+        /* y may be x (in place): each entry is read before it is overwritten */
+        for (int64_t k = 0; k < n; k++) {
+          float v = expf(x[k * sa] - m);
+          y[k * so] = v;
+          sum += v;
+        }
         float inv = (float)(1.0 / sum);
-        for (int64_t k = 0; k < n; k++) y[k * so] = expf(x[k * sa] - m) * inv;
+        for (int64_t k = 0; k < n; k++) y[k * so] *= inv;
       }
     } while (mrl__iter_next(&it) >= 0);
   *out = o;
@@ -542,10 +560,9 @@ mrl_status mrl_tensor_allclose(const mrl_tensor *a, const mrl_tensor *b, double 
     return MRL_OK;
   }
   int ok = 1;
-  FOR_EACH_ELEMENT(a, k, p, {
-    float y = b->data[mrl__offset(b->stride, it_.idx, b->rank)];
-    double diff = fabs((double)*p - (double)y);
-    if (!(diff <= atol + rtol * fabs((double)y))) ok = 0;
+  FOR_EACH_PAIR(a, b, k, pa, pb, {
+    double diff = fabs((double)*pa - (double)*pb);
+    if (!(diff <= atol + rtol * fabs((double)*pb))) ok = 0;
   });
   *result = ok;
   return MRL_OK;
@@ -563,8 +580,8 @@ mrl_status mrl_tensor_max_abs_diff(const mrl_tensor *a, const mrl_tensor *b, dou
     return mrl__fail(e, MRL_ERR_SHAPE, fn, "shapes %s and %s differ", ha, hb);
   }
   double m = 0.0;
-  FOR_EACH_ELEMENT(a, k, p, {
-    double diff = fabs((double)*p - (double)b->data[mrl__offset(b->stride, it_.idx, b->rank)]);
+  FOR_EACH_PAIR(a, b, k, pa, pb, {
+    double diff = fabs((double)*pa - (double)*pb);
     if (isnan(diff))
       m = NAN;
     else if (diff > m)

@@ -10,6 +10,7 @@ local rl = {
   blas_threads = core.blas_threads,
   seed = core.seed,         -- reseeds the default RNG used by randn/rand without a seed
   memory = core.memory,     -- {used=, peak=} bytes of tensor memory held by the engine
+  clock = core.clock,       -- seconds on a monotonic clock, for timing
 }
 
 return rl

@@ -1,0 +1,168 @@
+/* bench_tensor.c - times sgemm through the engine's C API beside a direct cblas_sgemm call on the
+ * same OpenBLAS (same core type, same process, alternating runs), and elementwise throughput.
+ * Prints tab-separated lines: "blas core source threads", "matmul n direct_gflops engine_gflops"
+ * and "elementwise name GB/s" (medians). With the argument "matmul" it skips the elementwise part. */
+#define _POSIX_C_SOURCE 200809L
+#include "internal.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+enum { SAMPLES = 9 };
+
+static double now(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static int cmp_double(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return (x > y) - (x < y);
+}
+
+static double median(double *v, int n) {
+  qsort(v, (size_t)n, sizeof *v, cmp_double);
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+static void die(mrl_engine *e, const char *what) {
+  fprintf(stderr, "bench: %s: %s\n", what, mrl_engine_last_error(e));
+  exit(1);
+}
+
+/* Repetitions so one sample takes about 50 ms. */
+static int reps_for(double flops_or_bytes, double rate) {
+  int r = (int)(0.05 * rate / flops_or_bytes);
+  return r < 1 ? 1 : r;
+}
+
+static void bench_matmul(mrl_engine *e, int64_t n) {
+  int64_t shape[2] = {n, n};
+  mrl_tensor *a, *b, *c;
+  if (mrl_tensor_new(e, 2, shape, &a) || mrl_tensor_new(e, 2, shape, &b) ||
+      mrl_tensor_new(e, 2, shape, &c))
+    die(e, "allocating matrices");
+  mrl_tensor_rand_normal(a, NULL, 0, 1);
+  mrl_tensor_rand_normal(b, NULL, 0, 1);
+  mrl_sgemm_fn sgemm = mrl__blas_sgemm();
+  if (!sgemm) {
+    fprintf(stderr, "bench: OpenBLAS is not loadable\n");
+    exit(1);
+  }
+  double flops = 2.0 * (double)n * (double)n * (double)n;
+  int reps = reps_for(flops, 100e9);
+  double direct[SAMPLES], engine[SAMPLES];
+  float *pa = mrl_tensor_data(a), *pb = mrl_tensor_data(b), *pc = mrl_tensor_data(c);
+  sgemm(101, 111, 111, (int)n, (int)n, (int)n, 1.0f, pa, (int)n, pb, (int)n, 0.0f, pc, (int)n);
+  for (int s = 0; s < SAMPLES; s++) {
+    double t0 = now();
+    for (int r = 0; r < reps; r++)
+      sgemm(101, 111, 111, (int)n, (int)n, (int)n, 1.0f, pa, (int)n, pb, (int)n, 0.0f, pc,
+            (int)n);
+    double t1 = now();
+    for (int r = 0; r < reps; r++)
+      if (mrl_tensor_matmul(&c, a, b, 0)) die(e, "matmul");
+    double t2 = now();
+    direct[s] = flops * reps / (t1 - t0) / 1e9;
+    engine[s] = flops * reps / (t2 - t1) / 1e9;
+  }
+  printf("matmul\t%lld\t%.1f\t%.1f\n", (long long)n, median(direct, SAMPLES),
+         median(engine, SAMPLES));
+  mrl_tensor_free(a);
+  mrl_tensor_free(b);
+  mrl_tensor_free(c);
+}
+
+typedef mrl_status (*binary_fn)(mrl_tensor **, const mrl_tensor *, const mrl_tensor *);
+typedef mrl_status (*unary_fn)(mrl_tensor **, const mrl_tensor *);
+
+/* GB/s counting each element read and written once. */
+static void report(const char *name, double bytes, double *secs) {
+  double rates[SAMPLES];
+  for (int s = 0; s < SAMPLES; s++) rates[s] = bytes / secs[s] / 1e9;
+  printf("elementwise\t%s\t%.1f\n", name, median(rates, SAMPLES));
+}
+
+static void bench_elementwise(mrl_engine *e) {
+  const int64_t n = 1 << 24, rows = 4096, cols = n / rows;
+  int64_t flat[1] = {n}, mat[2] = {rows, cols}, row[1] = {cols};
+  mrl_tensor *x, *y, *out, *xm, *bias, *outm, *xt;
+  if (mrl_tensor_new(e, 1, flat, &x) || mrl_tensor_new(e, 1, flat, &y) ||
+      mrl_tensor_new(e, 1, flat, &out) || mrl_tensor_new(e, 1, row, &bias))
+    die(e, "allocating vectors");
+  mrl_tensor_rand_uniform(x, NULL, -1, 1);
+  mrl_tensor_rand_uniform(y, NULL, 0.5f, 1);
+  if (mrl_tensor_reshape(x, 2, mat, &xm) || mrl_tensor_reshape(out, 2, mat, &outm))
+    die(e, "reshape");
+  if (mrl_tensor_transpose(xm, 0, 1, &xt)) die(e, "transpose");
+  int64_t tshape[2] = {cols, rows};
+  mrl_tensor *outt;
+  if (mrl_tensor_new(e, 2, tshape, &outt)) die(e, "allocating");
+
+  struct {
+    const char *name;
+    binary_fn bin;
+    unary_fn un;
+    int arrays;
+  } cases[] = {{"add", mrl_tensor_add, NULL, 3}, {"mul", mrl_tensor_mul, NULL, 3},
+               {"div", mrl_tensor_div, NULL, 3}, {"exp", NULL, mrl_tensor_exp, 2},
+               {"tanh", NULL, mrl_tensor_tanh, 2}, {"silu", NULL, mrl_tensor_silu, 2}};
+  double secs[SAMPLES];
+  for (size_t k = 0; k < sizeof cases / sizeof *cases; k++) {
+    for (int s = 0; s < SAMPLES; s++) {
+      double t0 = now();
+      mrl_status st = cases[k].bin ? cases[k].bin(&out, x, y) : cases[k].un(&out, x);
+      if (st) die(e, cases[k].name);
+      secs[s] = now() - t0;
+    }
+    report(cases[k].name, (double)cases[k].arrays * (double)n * sizeof(float), secs);
+  }
+  for (int s = 0; s < SAMPLES; s++) {
+    double t0 = now();
+    if (mrl_tensor_add(&outm, xm, bias)) die(e, "broadcast add");
+    secs[s] = now() - t0;
+  }
+  report("add_row_broadcast", 2.0 * (double)n * sizeof(float), secs);
+  for (int s = 0; s < SAMPLES; s++) {
+    double t0 = now();
+    if (mrl_tensor_copy(outt, xt)) die(e, "transposed copy");
+    secs[s] = now() - t0;
+  }
+  report("copy_transposed", 2.0 * (double)n * sizeof(float), secs);
+  for (int s = 0; s < SAMPLES; s++) {
+    double t0 = now();
+    double sum;
+    mrl_tensor_sum_all(x, &sum);
+    secs[s] = now() - t0;
+  }
+  report("sum_all", (double)n * sizeof(float), secs);
+  mrl_tensor *xs = NULL;
+  if (mrl_tensor_reshape(x, 2, mat, &xs)) die(e, "reshape");
+  mrl_tensor *sm = NULL;
+  for (int s = 0; s < SAMPLES; s++) {
+    double t0 = now();
+    if (mrl_tensor_softmax(&sm, xs)) die(e, "softmax");
+    secs[s] = now() - t0;
+  }
+  report("softmax_rows", 2.0 * (double)n * sizeof(float), secs);
+  mrl_tensor *all[] = {x, y, out, xm, bias, outm, xt, outt, xs, sm};
+  for (size_t i = 0; i < sizeof all / sizeof *all; i++) mrl_tensor_free(all[i]);
+}
+
+int main(int argc, char **argv) {
+  mrl_engine *e;
+  if (mrl_engine_new(&e)) return 1;
+  const char *core, *source;
+  int threads;
+  mrl_blas_info(&core, &threads, NULL, &source);
+  printf("blas\t%s\t%s\t%d\n", core, source, threads);
+  bool only_matmul = argc > 1 && strcmp(argv[1], "matmul") == 0;
+  const int64_t sizes[] = {256, 512, 1024, 2048};
+  for (size_t i = 0; i < sizeof sizes / sizeof *sizes; i++) bench_matmul(e, sizes[i]);
+  if (!only_matmul) bench_elementwise(e);
+  mrl_engine_free(e);
+  return 0;
+}
