@@ -253,7 +253,8 @@ MRL_API mrl_status mrl_tensor_index_select(mrl_tensor **out, const mrl_tensor *a
 MRL_API mrl_status mrl_tensor_gather(mrl_tensor **out, const mrl_tensor *a, int dim,
                                      const int64_t *index, const int64_t *index_shape);
 
-/* *result = 1 if shapes are equal and |a - b| <= atol + rtol * |b| everywhere (NaN != NaN). */
+/* *result = 1 if shapes are equal and |a - b| <= atol + rtol * |b| everywhere (NaN != NaN;
+ * equal infinities are close, other infinite entries are not). */
 MRL_API mrl_status mrl_tensor_allclose(const mrl_tensor *a, const mrl_tensor *b, double rtol,
                                        double atol, int *result);
 /* Largest |a - b| over all elements (shapes must be equal; NaN if any difference is NaN). */

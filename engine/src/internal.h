@@ -63,7 +63,8 @@ double mrl__rng_normal(struct mrl_rng *r);
 /* ---- tensor.c ---- */
 /* Normalises a possibly negative dim against rank; returns -1 if out of range. */
 int mrl__dim(int dim, int rank);
-/* Product of shape with overflow and negative checks; false on overflow/negative. */
+/* Product of shape; false when an entry is negative or when the product of the non-zero entries
+ * (which bounds the contiguous strides, even of an empty tensor) overflows int64. */
 bool mrl__numel(int rank, const int64_t *shape, int64_t *numel);
 /* Allocates a contiguous zero-filled tensor. fn names the public caller for the message. */
 mrl_status mrl__tensor_alloc(mrl_engine *e, const char *fn, int rank, const int64_t *shape,
@@ -73,6 +74,8 @@ mrl_status mrl__tensor_alloc(mrl_engine *e, const char *fn, int rank, const int6
 mrl_status mrl__prepare_out(mrl_engine *e, const char *fn, mrl_tensor **out, int rank,
                             const int64_t *shape, mrl_tensor **result, bool *fresh);
 mrl_engine *mrl__engine_of(const mrl_tensor *t);
+/* The engine of *out when out and *out are set (for messages about NULL inputs), else NULL. */
+mrl_engine *mrl__out_engine(mrl_tensor **out);
 /* A new view with t's geometry over t's storage. */
 mrl_status mrl__tensor_view(mrl_tensor *t, const char *fn, mrl_tensor **out);
 bool mrl__is_contiguous(const mrl_tensor *t);

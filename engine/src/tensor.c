@@ -15,10 +15,11 @@ int mrl__dim(int dim, int rank) {
 }
 
 bool mrl__numel(int rank, const int64_t *shape, int64_t *numel) {
-  int64_t n = 1;
+  int64_t n = 1, span = 1; /* span: product of the non-zero sizes; it bounds every stride */
   for (int i = 0; i < rank; i++) {
     if (shape[i] < 0) return false;
-    if (shape[i] != 0 && n > INT64_MAX / shape[i]) return false;
+    if (shape[i] > 1 && span > INT64_MAX / shape[i]) return false;
+    span *= shape[i] ? shape[i] : 1;
     n *= shape[i];
   }
   *numel = n;
@@ -34,6 +35,8 @@ void mrl__shape_str(char *buf, size_t cap, int rank, const int64_t *shape) {
 }
 
 mrl_engine *mrl__engine_of(const mrl_tensor *t) { return t ? t->storage->engine : NULL; }
+
+mrl_engine *mrl__out_engine(mrl_tensor **out) { return out ? mrl__engine_of(*out) : NULL; }
 
 bool mrl__is_contiguous(const mrl_tensor *t) {
   int64_t expect = 1;
@@ -393,13 +396,13 @@ mrl_status mrl_tensor_slice(mrl_tensor *t, int dim, int64_t start, int64_t stop,
   if (start < 0 || start > n || stop < 0 || stop > n)
     return mrl__fail(e, MRL_ERR_RANGE, fn, "start/stop outside dimension %d of size %lld", d,
                      (long long)n);
-  int64_t len = stop > start ? (stop - start + step - 1) / step : 0;
+  int64_t len = stop > start ? 1 + (stop - start - 1) / step : 0; /* no overflow for huge steps */
   mrl_tensor *v;
   mrl_status st = view_of(t, fn, &v);
   if (st) return st;
   if (len > 0) v->data += start * t->stride[d];
   v->shape[d] = len;
-  v->stride[d] = t->stride[d] * step;
+  if (len > 1) v->stride[d] = t->stride[d] * step; /* step < size here, so this fits */
   recount(v);
   *out = v;
   return MRL_OK;
@@ -497,7 +500,7 @@ mrl_status mrl_tensor_reshape(mrl_tensor *t, int rank, const int64_t *shape, mrl
   if (rank > 0 && !shape) return mrl__fail(e, MRL_ERR_NULL, fn, "shape is NULL");
   int64_t s[MRL_MAX_RANK];
   int infer = -1;
-  int64_t known = 1;
+  int64_t known = 1, span = 1; /* span: product of the non-zero sizes, which bounds the strides */
   for (int i = 0; i < rank; i++) {
     s[i] = shape[i];
     if (s[i] == -1) {
@@ -508,8 +511,9 @@ mrl_status mrl_tensor_reshape(mrl_tensor *t, int rank, const int64_t *shape, mrl
     if (s[i] < 0)
       return mrl__fail(e, MRL_ERR_INVALID, fn, "shape[%d] is negative (%lld)", i,
                        (long long)s[i]);
-    if (s[i] != 0 && known > INT64_MAX / s[i])
+    if (s[i] > 1 && span > INT64_MAX / s[i])
       return mrl__fail(e, MRL_ERR_OVERFLOW, fn, "the element count of this shape overflows");
+    span *= s[i] ? s[i] : 1;
     known *= s[i];
   }
   if (infer >= 0) {

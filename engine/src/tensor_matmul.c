@@ -60,7 +60,7 @@ static void batch_strides(const mrl_tensor *t, int br, int64_t *s) {
 mrl_status mrl_tensor_matmul(mrl_tensor **out, const mrl_tensor *a, const mrl_tensor *b,
                              int flags) {
   const char *fn = "mrl_tensor_matmul";
-  mrl_engine *e = mrl__engine_of(a ? a : b);
+  mrl_engine *e = a || b ? mrl__engine_of(a ? a : b) : mrl__out_engine(out);
   if (!a || !b) return mrl__fail(e, MRL_ERR_NULL, fn, "%s is NULL", a ? "b" : "a");
   if (flags & ~(MRL_TRANS_A | MRL_TRANS_B))
     return mrl__fail(e, MRL_ERR_INVALID, fn, "unknown flags 0x%x", (unsigned)flags);
@@ -126,7 +126,7 @@ mrl_status mrl_tensor_matmul(mrl_tensor **out, const mrl_tensor *a, const mrl_te
     layout_of(M, N, c->stride[br], c->stride[br + 1], &lc);
   }
 
-  if (M > 0 && N > 0) {
+  if (M > 0 && N > 0 && o->numel > 0) { /* a batch dim of size 0 leaves nothing to compute */
     mrl_sgemm_fn sgemm = mrl__blas_sgemm();
     const float *pa = A.t->data, *pb = B.t->data;
     mrl_index_iter it;

@@ -140,7 +140,7 @@ static void run_elementwise(mrl_tensor *o, const float *a, const int64_t *sa, co
 
 static mrl_status binary(const char *fn, binary_loop f, mrl_tensor **out, const mrl_tensor *a,
                          const mrl_tensor *b) {
-  mrl_engine *e = mrl__engine_of(a ? a : b);
+  mrl_engine *e = a || b ? mrl__engine_of(a ? a : b) : mrl__out_engine(out);
   if (!a || !b) return mrl__fail(e, MRL_ERR_NULL, fn, "%s is NULL", a ? "b" : "a");
   int r;
   int64_t shape[MRL_MAX_RANK];
@@ -159,7 +159,7 @@ static mrl_status binary(const char *fn, binary_loop f, mrl_tensor **out, const 
 
 static mrl_status unary(const char *fn, unary_loop f, float param, mrl_tensor **out,
                         const mrl_tensor *a) {
-  if (!a) return MRL_ERR_NULL;
+  if (!a) return mrl__fail(mrl__out_engine(out), MRL_ERR_NULL, fn, "a is NULL");
   mrl_engine *e = mrl__engine_of(a);
   mrl_tensor *o;
   bool fresh;
@@ -275,7 +275,12 @@ mrl_status mrl_tensor_rand_uniform(mrl_tensor *t, mrl_rng *rng, float low, float
                      "need finite low <= high, got %g and %g", (double)low, (double)high);
   struct mrl_rng *r = rng ? rng : &e->rng;
   double span = (double)high - (double)low;
-  FOR_EACH_ELEMENT(t, k, p, *p = (float)((double)low + span * mrl__rng_uniform(r)));
+  /* rounding to float can reach high itself; the float below it keeps the range half-open */
+  float below_high = low < high ? nextafterf(high, low) : high;
+  FOR_EACH_ELEMENT(t, k, p, {
+    float v = (float)((double)low + span * mrl__rng_uniform(r));
+    *p = v < high ? v : below_high;
+  });
   return MRL_OK;
 }
 
@@ -296,7 +301,7 @@ typedef enum { RED_SUM, RED_MEAN, RED_MAX, RED_ARGMAX } reduction;
 
 static mrl_status reduce_dim(const char *fn, reduction kind, mrl_tensor **out, const mrl_tensor *a,
                              int dim, int keepdim) {
-  if (!a) return MRL_ERR_NULL;
+  if (!a) return mrl__fail(mrl__out_engine(out), MRL_ERR_NULL, fn, "a is NULL");
   mrl_engine *e = mrl__engine_of(a);
   int d = mrl__dim(dim, a->rank);
   if (d < 0)
@@ -410,7 +415,7 @@ mrl_status mrl_tensor_max_all(const mrl_tensor *a, float *value, int64_t *index)
 
 static mrl_status softmax_impl(const char *fn, bool logarithm, mrl_tensor **out,
                                const mrl_tensor *a) {
-  if (!a) return MRL_ERR_NULL;
+  if (!a) return mrl__fail(mrl__out_engine(out), MRL_ERR_NULL, fn, "a is NULL");
   mrl_engine *e = mrl__engine_of(a);
   if (a->rank == 0)
     return mrl__fail(e, MRL_ERR_SHAPE, fn, "needs a tensor of rank >= 1, got a scalar");
@@ -462,7 +467,7 @@ mrl_status mrl_tensor_log_softmax(mrl_tensor **out, const mrl_tensor *a) {
 mrl_status mrl_tensor_index_select(mrl_tensor **out, const mrl_tensor *a, int dim,
                                    const int64_t *index, int64_t count) {
   const char *fn = "mrl_tensor_index_select";
-  if (!a) return MRL_ERR_NULL;
+  if (!a) return mrl__fail(mrl__out_engine(out), MRL_ERR_NULL, fn, "a is NULL");
   mrl_engine *e = mrl__engine_of(a);
   int d = mrl__dim(dim, a->rank);
   if (d < 0)
@@ -499,16 +504,20 @@ mrl_status mrl_tensor_index_select(mrl_tensor **out, const mrl_tensor *a, int di
 mrl_status mrl_tensor_gather(mrl_tensor **out, const mrl_tensor *a, int dim, const int64_t *index,
                              const int64_t *index_shape) {
   const char *fn = "mrl_tensor_gather";
-  if (!a) return MRL_ERR_NULL;
+  if (!a) return mrl__fail(mrl__out_engine(out), MRL_ERR_NULL, fn, "a is NULL");
   mrl_engine *e = mrl__engine_of(a);
   int d = mrl__dim(dim, a->rank);
   if (d < 0)
     return mrl__fail(e, MRL_ERR_RANGE, fn, "dim %d is out of range for a rank-%d tensor", dim,
                      a->rank);
   if (!index_shape) return mrl__fail(e, MRL_ERR_NULL, fn, "index_shape is NULL");
+  for (int i = 0; i < a->rank; i++)
+    if (index_shape[i] < 0)
+      return mrl__fail(e, MRL_ERR_INVALID, fn, "index_shape[%d] is negative (%lld)", i,
+                       (long long)index_shape[i]);
   int64_t n;
   if (!mrl__numel(a->rank, index_shape, &n))
-    return mrl__fail(e, MRL_ERR_INVALID, fn, "index_shape has a negative or overflowing entry");
+    return mrl__fail(e, MRL_ERR_OVERFLOW, fn, "the element count of index_shape overflows");
   for (int i = 0; i < a->rank; i++)
     if (i != d && index_shape[i] > a->shape[i])
       return mrl__fail(e, MRL_ERR_SHAPE, fn,
@@ -561,8 +570,10 @@ mrl_status mrl_tensor_allclose(const mrl_tensor *a, const mrl_tensor *b, double 
   }
   int ok = 1;
   FOR_EACH_PAIR(a, b, k, pa, pb, {
-    double diff = fabs((double)*pa - (double)*pb);
-    if (!(diff <= atol + rtol * fabs((double)*pb))) ok = 0;
+    bool close = *pa == *pb; /* equal infinities too, whose difference is NaN */
+    if (!close && isfinite(*pa) && isfinite(*pb))
+      close = fabs((double)*pa - (double)*pb) <= atol + rtol * fabs((double)*pb);
+    if (!close) ok = 0;
   });
   *result = ok;
   return MRL_OK;
