@@ -93,6 +93,12 @@ void mrl__iter_init(mrl_index_iter *it, int rank, const int64_t *shape);
 int mrl__iter_next(mrl_index_iter *it);
 int64_t mrl__offset(const int64_t *stride, const int64_t *idx, int rank);
 
+/* ---- tensor_ops.c / tensor_matmul.c: result shapes (they fail like the operations do) ---- */
+mrl_status mrl__broadcast_shape(mrl_engine *e, const char *fn, const mrl_tensor *a,
+                                const mrl_tensor *b, int *rank, int64_t *shape);
+mrl_status mrl__matmul_shape(mrl_engine *e, const char *fn, const mrl_tensor *a,
+                             const mrl_tensor *b, int flags, int *rank, int64_t *shape);
+
 /* ---- blas.c ---- */
 typedef void (*mrl_sgemm_fn)(int order, int transa, int transb, int m, int n, int k, float alpha,
                              const float *a, int lda, const float *b, int ldb, float beta, float *c,

@@ -53,10 +53,14 @@ static void charge_gc(lua_State *L, const mrl_tensor *t) {
   if (kb > 0) lua_gc(L, LUA_GCSTEP, kb > INT32_MAX ? INT32_MAX : (int)kb);
 }
 
-/* Raises on failure; on success charges the collector when the result is a fresh tensor. */
-static void check_result(lua_State *L, mrl_engine *e, mrl_status st, int arg, mrl_tensor *fresh) {
+/* Raises on failure; on success charges the collector for the tensor in *fresh, the slot of a
+ * newly allocated result (NULL when the result went into the caller's `out`). It takes the slot,
+ * not the tensor: callers make the call that fills the slot in the same argument list, and C
+ * leaves the order in which arguments are evaluated unspecified. */
+static void check_result(lua_State *L, mrl_engine *e, mrl_status st, int arg,
+                         mrl_tensor **fresh) {
   if (st) mrl__lua_raise(L, e, st, arg);
-  if (fresh) charge_gc(L, fresh);
+  if (fresh && *fresh) charge_gc(L, *fresh);
 }
 
 static int check_dim(lua_State *L, int idx, int rank, const char *name) {
@@ -81,6 +85,7 @@ static int check_shape(lua_State *L, int idx, int64_t *shape, const char *name) 
       lua_geti(L, idx, i + 1);
       int isnum;
       lua_Integer v = lua_tointegerx(L, -1, &isnum);
+      isnum = isnum && lua_type(L, -1) == LUA_TNUMBER; /* no numeric strings */
       lua_pop(L, 1);
       if (!isnum || v < 0)
         return luaL_argerror(L, idx, lua_pushfstring(L, "%s: entry %d must be a non-negative "
@@ -99,7 +104,7 @@ static int check_shape(lua_State *L, int idx, int64_t *shape, const char *name) 
   for (int i = 0; i < rank; i++) {
     int isnum;
     lua_Integer v = lua_tointegerx(L, idx + i, &isnum);
-    if (!isnum || v < 0)
+    if (!isnum || v < 0 || lua_type(L, idx + i) != LUA_TNUMBER)
       return luaL_argerror(L, idx + i,
                            lua_pushfstring(L, "%s: non-negative integer expected, got %s", name,
                                            luaL_typename(L, idx + i)));
@@ -124,7 +129,7 @@ static mrl_tensor *new_filled(lua_State *L, int shape_idx, float value) {
   mrl_engine *e = mrl__lua_engine(L);
   mrl_tensor **slot = new_box(L);
   mrl_status st = mrl_tensor_new(e, rank, shape, slot);
-  check_result(L, e, st, shape_idx, *slot);
+  check_result(L, e, st, shape_idx, slot);
   if (value != 0.0f) mrl_tensor_fill(*slot, value);
   return *slot;
 }
@@ -181,73 +186,98 @@ static int l_arange(lua_State *L) {
     stop = luaL_checknumber(L, 2);
     step = luaL_optnumber(L, 3, 1.0);
   }
+  bool one_arg = lua_isnoneornil(L, 2);
   if (step == 0 || !isfinite(step)) return luaL_argerror(L, 3, "step: must be finite and non-zero");
-  if (!isfinite(start) || !isfinite(stop))
-    return luaL_argerror(L, 1, "start/stop: must be finite");
+  if (!isfinite(start)) return luaL_argerror(L, 1, "start: must be finite");
+  if (!isfinite(stop)) return luaL_argerror(L, one_arg ? 1 : 2, "stop: must be finite");
   double count = ceil((stop - start) / step);
   if (count < 0) count = 0;
-  if (count > 1e15) return luaL_argerror(L, 2, "stop: too many elements");
+  if (count > 1e15) return luaL_argerror(L, one_arg ? 1 : 2, "stop: too many elements");
   int64_t n = (int64_t)count;
   mrl_engine *e = mrl__lua_engine(L);
   mrl_tensor **slot = new_box(L);
-  check_result(L, e, mrl_tensor_new(e, 1, &n, slot), 1, *slot);
+  check_result(L, e, mrl_tensor_new(e, 1, &n, slot), 1, slot);
   mrl_tensor_arange(*slot, start, step);
   return 1;
 }
 
 /* ---- nested tables ---- */
 
-/* Walks the first elements of a nested table to find its shape. */
-static int nested_shape(lua_State *L, int idx, int64_t *shape) {
-  int rank = 0;
-  lua_pushvalue(L, idx);
+/* Reading a nested table of numbers given as argument `arg` (named `name` in messages) into a
+ * row-major buffer of floats, or of doubles when `dbl` is set. */
+typedef struct {
+  lua_State *L;
+  int arg;
+  const char *name;
+  int rank;
+  int64_t shape[MRL_MAX_RANK];
+  void *dst;
+  bool dbl;
+  char path[200]; /* "[2][3]": where the element being read sits, for messages */
+} nested_reader;
+
+/* Walks the first elements of the nested table at r->arg to find its shape. */
+static void nested_shape(nested_reader *r) {
+  lua_State *L = r->L;
+  r->rank = 0;
+  lua_pushvalue(L, r->arg);
   while (lua_istable(L, -1)) {
-    if (rank == MRL_MAX_RANK)
-      return luaL_argerror(L, idx, lua_pushfstring(L, "data: nested deeper than %d levels",
-                                                   MRL_MAX_RANK));
-    shape[rank++] = (int64_t)luaL_len(L, -1);
+    if (r->rank == MRL_MAX_RANK)
+      luaL_argerror(L, r->arg, lua_pushfstring(L, "%s: nested deeper than %d levels", r->name,
+                                               MRL_MAX_RANK));
+    r->shape[r->rank++] = (int64_t)luaL_len(L, -1);
     lua_geti(L, -1, 1);
     lua_remove(L, -2);
   }
   lua_pop(L, 1);
-  return rank;
 }
 
-/* Copies a nested table (at the top of the stack) of the given shape into *dst (row-major),
- * as floats, or as doubles when dbl is set. */
-static void nested_read(lua_State *L, int arg, int rank, const int64_t *shape, int d, void **dst,
-                        bool dbl, char *path, size_t plen) {
-  int top = lua_gettop(L);
-  if (!lua_istable(L, top) || luaL_len(L, top) != shape[d]) {
-    const char *what = lua_istable(L, top) ? "has a different length" : "is not a table";
-    luaL_argerror(L, arg, lua_pushfstring(L, "data: ragged nested table: element %s %s "
-                                          "(expected %I entries)", plen ? path : "(top)", what,
-                                          (lua_Integer)shape[d]));
+static void nested_store(nested_reader *r, lua_Number v) {
+  if (r->dbl) {
+    double *p = r->dst;
+    *p = v;
+    r->dst = p + 1;
+  } else {
+    float *p = r->dst;
+    *p = (float)v;
+    r->dst = p + 1;
   }
-  for (int64_t i = 0; i < shape[d]; i++) {
+}
+
+/* Copies the table on top of the stack, level d of the nested table, path length plen. */
+static void nested_read_level(nested_reader *r, int d, size_t plen) {
+  lua_State *L = r->L;
+  int top = lua_gettop(L);
+  if (!lua_istable(L, top) || luaL_len(L, top) != r->shape[d]) {
+    const char *what = lua_istable(L, top) ? "has a different length" : "is not a table";
+    luaL_argerror(L, r->arg, lua_pushfstring(L, "%s: ragged nested table: element %s %s "
+                                             "(expected %I entries)", r->name,
+                                             plen ? r->path : "(top)", what,
+                                             (lua_Integer)r->shape[d]));
+  }
+  for (int64_t i = 0; i < r->shape[d]; i++) {
     lua_geti(L, top, i + 1);
-    int n = snprintf(path + plen, 200 - plen, "[%lld]", (long long)i + 1);
-    size_t sub = plen + (n > 0 && (size_t)n < 200 - plen ? (size_t)n : 0);
-    if (d + 1 < rank) {
-      nested_read(L, arg, rank, shape, d + 1, dst, dbl, path, sub);
+    int n = snprintf(r->path + plen, sizeof r->path - plen, "[%lld]", (long long)i + 1);
+    size_t sub = plen + (n > 0 && (size_t)n < sizeof r->path - plen ? (size_t)n : 0);
+    if (d + 1 < r->rank) {
+      nested_read_level(r, d + 1, sub);
     } else {
-      int isnum;
-      lua_Number v = lua_tonumberx(L, -1, &isnum);
-      if (!isnum || lua_type(L, -1) != LUA_TNUMBER)
-        luaL_argerror(L, arg, lua_pushfstring(L, "data: element %s is %s, expected a number",
-                                              path, luaL_typename(L, -1)));
-      if (dbl) {
-        double *p = *dst;
-        *p = v;
-        *dst = p + 1;
-      } else {
-        float *p = *dst;
-        *p = (float)v;
-        *dst = p + 1;
-      }
+      if (lua_type(L, -1) != LUA_TNUMBER)
+        luaL_argerror(L, r->arg, lua_pushfstring(L, "%s: element %s is %s, expected a number",
+                                                 r->name, r->path, luaL_typename(L, -1)));
+      nested_store(r, lua_tonumber(L, -1));
     }
     lua_pop(L, 1);
   }
+}
+
+/* Copies the nested table at r->arg (whose shape nested_shape found) into dst. */
+static void nested_read(nested_reader *r, void *dst) {
+  r->dst = dst;
+  r->path[0] = '\0';
+  lua_pushvalue(r->L, r->arg);
+  nested_read_level(r, 0, 0);
+  lua_pop(r->L, 1);
 }
 
 /* rl.tensor.from(nested_table or number) */
@@ -256,21 +286,17 @@ static int l_from(lua_State *L) {
   if (lua_type(L, 1) == LUA_TNUMBER) {
     float v = (float)lua_tonumber(L, 1);
     mrl_tensor **slot = new_box(L);
-    check_result(L, e, mrl_tensor_scalar(e, v, slot), 1, *slot);
+    check_result(L, e, mrl_tensor_scalar(e, v, slot), 1, slot);
     return 1;
   }
   if (!lua_istable(L, 1))
     return luaL_argerror(L, 1, lua_pushfstring(L, "data: nested table of numbers expected, got "
                                                "%s", luaL_typename(L, 1)));
-  int64_t shape[MRL_MAX_RANK];
-  int rank = nested_shape(L, 1, shape);
+  nested_reader r = {.L = L, .arg = 1, .name = "data", .dbl = false};
+  nested_shape(&r);
   mrl_tensor **slot = new_box(L);
-  check_result(L, e, mrl_tensor_new(e, rank, shape, slot), 1, *slot);
-  void *dst = mrl_tensor_data(*slot);
-  char path[200] = "";
-  lua_pushvalue(L, 1);
-  nested_read(L, 1, rank, shape, 0, &dst, false, path, 0);
-  lua_pop(L, 1);
+  check_result(L, e, mrl_tensor_new(e, r.rank, r.shape, slot), 1, slot);
+  nested_read(&r, mrl_tensor_data(*slot));
   return 1;
 }
 
@@ -381,6 +407,10 @@ static int m_narrow(lua_State *L) {
   mrl_tensor *t = mrl__lua_check_tensor(L, 1, "self");
   int d = check_dim(L, 2, t->rank, "dim");
   lua_Integer start = luaL_checkinteger(L, 3), len = luaL_checkinteger(L, 4);
+  lua_Integer n = t->shape[d];
+  if (start < 1 || start > n + 1 || len < 0 || len > n - (start - 1))
+    return luaL_argerror(L, 3, lua_pushfstring(L, "start %I, length %I do not fit dimension %d "
+                                               "of size %I", start, len, d + 1, n));
   mrl_tensor **slot = new_box(L);
   return view_result(L, t, mrl_tensor_narrow(t, d, start - 1, len, slot), 3);
 }
@@ -434,14 +464,24 @@ static int m_permute(lua_State *L) {
   if (n != t->rank)
     return luaL_argerror(L, 2, lua_pushfstring(L, "perm: expected %d dimensions, got %d",
                                                t->rank, n));
+  bool seen[MRL_MAX_RANK] = {false};
   for (int i = 0; i < n; i++) {
     if (table) {
       lua_geti(L, 2, i + 1);
-      perm[i] = check_dim(L, -1, t->rank, "perm entry");
+      int isint;
+      lua_Integer v = lua_tointegerx(L, -1, &isint);
       lua_pop(L, 1);
+      if (!isint || v == 0 || v < -t->rank || v > t->rank)
+        return luaL_argerror(L, 2, lua_pushfstring(L, "perm: entry %d must be a dim in 1..%d or "
+                                                   "-%d..-1", i + 1, t->rank, t->rank));
+      perm[i] = v > 0 ? (int)v - 1 : t->rank + (int)v;
     } else {
       perm[i] = check_dim(L, i + 2, t->rank, "perm entry");
     }
+    if (seen[perm[i]])
+      return luaL_argerror(L, table ? 2 : i + 2,
+                           lua_pushfstring(L, "perm: dimension %d is named twice", perm[i] + 1));
+    seen[perm[i]] = true;
   }
   mrl_tensor **slot = new_box(L);
   return view_result(L, t, mrl_tensor_permute(t, perm, slot), 2);
@@ -458,6 +498,7 @@ static int m_reshape(lua_State *L) {
       lua_geti(L, 2, i + 1);
       int ok;
       shape[i] = lua_tointegerx(L, -1, &ok);
+      ok = ok && lua_type(L, -1) == LUA_TNUMBER;
       lua_pop(L, 1);
       if (!ok) return luaL_argerror(L, 2, "shape: entries must be integers (-1 to infer one)");
     }
@@ -485,7 +526,7 @@ static int m_contiguous(lua_State *L) {
 static int m_clone(lua_State *L) {
   mrl_tensor *t = mrl__lua_check_tensor(L, 1, "self");
   mrl_tensor **slot = new_box(L);
-  check_result(L, mrl__engine_of(t), mrl_tensor_clone(t, slot), 0, *slot);
+  check_result(L, mrl__engine_of(t), mrl_tensor_clone(t, slot), 0, slot);
   return 1;
 }
 
@@ -548,14 +589,22 @@ static int binary_op(lua_State *L, binary_fn f) {
   mrl_tensor *b = operand(L, 2, e, "other");
   mrl_tensor *given = NULL;
   mrl_tensor **slot = result_slot(L, 3, &given);
-  check_result(L, e, f(slot, a, b), 2, given ? NULL : *slot);
+  mrl_status st = f(slot, a, b);
+  if (st) {
+    /* when the operands fit each other, what is left to blame is `out` */
+    int rank;
+    int64_t shape[MRL_MAX_RANK];
+    bool fit = mrl__broadcast_shape(NULL, "", a, b, &rank, shape) == MRL_OK;
+    mrl__lua_raise(L, e, st, given && fit ? 3 : 2);
+  }
+  check_result(L, e, st, 2, given ? NULL : slot);
   return 1;
 }
 
 static int unary_op(lua_State *L, unary_fn f) {
   mrl_tensor *t = mrl__lua_check_tensor(L, 1, "self"), *given = NULL;
   mrl_tensor **slot = result_slot(L, 2, &given);
-  check_result(L, mrl__engine_of(t), f(slot, t), 2, given ? NULL : *slot);
+  check_result(L, mrl__engine_of(t), f(slot, t), 2, given ? NULL : slot);
   return 1;
 }
 
@@ -575,7 +624,7 @@ static int m_scale(lua_State *L) {
   mrl_tensor *t = mrl__lua_check_tensor(L, 1, "self"), *given = NULL;
   float alpha = (float)luaL_checknumber(L, 2);
   mrl_tensor **slot = result_slot(L, 3, &given);
-  check_result(L, mrl__engine_of(t), mrl_tensor_scale(slot, t, alpha), 3, given ? NULL : *slot);
+  check_result(L, mrl__engine_of(t), mrl_tensor_scale(slot, t, alpha), 3, given ? NULL : slot);
   return 1;
 }
 
@@ -604,7 +653,7 @@ static int reduce(lua_State *L, reduce_fn f, bool mean) {
   int d = check_dim(L, 2, t->rank, "dim");
   int keep = lua_toboolean(L, 3);
   mrl_tensor **slot = new_box(L);
-  check_result(L, mrl__engine_of(t), f(slot, t, d, keep), 2, *slot);
+  check_result(L, mrl__engine_of(t), f(slot, t, d, keep), 2, slot);
   return 1;
 }
 
@@ -632,9 +681,9 @@ static int m_max(lua_State *L) {
   int d = check_dim(L, 2, t->rank, "dim");
   int keep = lua_toboolean(L, 3);
   mrl_tensor **vals = new_box(L);
-  check_result(L, e, mrl_tensor_max(vals, t, d, keep), 1, *vals);
+  check_result(L, e, mrl_tensor_max(vals, t, d, keep), 1, vals);
   mrl_tensor **idx = new_box(L);
-  check_result(L, e, mrl_tensor_argmax(idx, t, d, keep), 1, *idx);
+  check_result(L, e, mrl_tensor_argmax(idx, t, d, keep), 1, idx);
   to_one_based(*idx);
   return 2;
 }
@@ -652,7 +701,7 @@ static int m_argmax(lua_State *L) {
   int d = check_dim(L, 2, t->rank, "dim");
   int keep = lua_toboolean(L, 3);
   mrl_tensor **idx = new_box(L);
-  check_result(L, e, mrl_tensor_argmax(idx, t, d, keep), 1, *idx);
+  check_result(L, e, mrl_tensor_argmax(idx, t, d, keep), 1, idx);
   to_one_based(*idx);
   return 1;
 }
@@ -683,8 +732,15 @@ static int m_matmul(lua_State *L) {
   } else {
     slot = new_box(L);
   }
-  check_result(L, mrl__engine_of(a), mrl_tensor_matmul(slot, a, b, flags), 2,
-               given ? NULL : *slot);
+  mrl_status st = mrl_tensor_matmul(slot, a, b, flags);
+  if (st) {
+    /* when the operands fit each other, what is left to blame is opts.out */
+    int rank;
+    int64_t shape[MRL_MAX_RANK];
+    bool fit = mrl__matmul_shape(NULL, "", a, b, flags, &rank, shape) == MRL_OK;
+    mrl__lua_raise(L, mrl__engine_of(a), st, given && fit ? 3 : 2);
+  }
+  check_result(L, mrl__engine_of(a), st, 2, given ? NULL : slot);
   return 1;
 }
 
@@ -693,18 +749,21 @@ static int m_matmul(lua_State *L) {
 /* Reads 1-based integer indices from a (nested) table or a tensor into a 0-based array owned by
  * a userdata left on the stack. Fills shape and rank. */
 static int64_t *read_indices(lua_State *L, int idx, int64_t *shape, int *rank, int64_t *count) {
-  mrl_tensor *t = mrl__lua_test_tensor(L, idx);
+  mrl_ltensor *box = luaL_testudata(L, idx, MRL_TENSOR_MT);
+  if (box && !box->t) luaL_argerror(L, idx, "index: tensor is closed");
+  mrl_tensor *t = box ? box->t : NULL;
+  nested_reader r = {.L = L, .arg = idx, .name = "index", .dbl = true};
   if (t) {
-    *rank = t->rank;
-    memcpy(shape, t->shape, sizeof(int64_t) * (size_t)t->rank);
+    r.rank = t->rank;
+    memcpy(r.shape, t->shape, sizeof(int64_t) * (size_t)t->rank);
   } else if (lua_istable(L, idx)) {
-    *rank = nested_shape(L, idx, shape);
+    nested_shape(&r);
   } else {
     luaL_argerror(L, idx, lua_pushfstring(L, "index: table or tensor of integers expected, got "
                                           "%s", luaL_typename(L, idx)));
   }
   int64_t n;
-  if (!mrl__numel(*rank, shape, &n) || (uint64_t)n > SIZE_MAX / sizeof(double))
+  if (!mrl__numel(r.rank, r.shape, &n) || (uint64_t)n > SIZE_MAX / sizeof(double))
     luaL_argerror(L, idx, "index: too many entries");
   int64_t *out = lua_newuserdatauv(L, (size_t)(n ? n : 1) * sizeof(int64_t), 0);
   double *vals = lua_newuserdatauv(L, (size_t)(n ? n : 1) * sizeof(double), 0);
@@ -714,11 +773,7 @@ static int64_t *read_indices(lua_State *L, int idx, int64_t *shape, int *rank, i
     for (int64_t k = 0; k < n; k++, mrl__iter_next(&it))
       vals[k] = t->data[mrl__offset(t->stride, it.idx, t->rank)];
   } else {
-    void *dst = vals;
-    char path[200] = "";
-    lua_pushvalue(L, idx);
-    nested_read(L, idx, *rank, shape, 0, &dst, true, path, 0);
-    lua_pop(L, 1);
+    nested_read(&r, vals);
   }
   for (int64_t i = 0; i < n; i++) {
     if (!(vals[i] >= -9.2e18 && vals[i] <= 9.2e18) || vals[i] != floor(vals[i]))
@@ -726,8 +781,20 @@ static int64_t *read_indices(lua_State *L, int idx, int64_t *shape, int *rank, i
     out[i] = (int64_t)vals[i] - 1;
   }
   lua_pop(L, 1);
+  *rank = r.rank;
+  memcpy(shape, r.shape, sizeof(int64_t) * (size_t)r.rank);
   *count = n;
   return out;
+}
+
+/* Raises unless every 0-based index is below n, naming the entry and its value 1-based. */
+static void check_index_range(lua_State *L, int arg, const int64_t *index, int64_t count,
+                              int64_t n) {
+  for (int64_t i = 0; i < count; i++)
+    if (index[i] < 0 || index[i] >= n)
+      luaL_argerror(L, arg, lua_pushfstring(L, "index: entry %I is %I, outside 1..%I",
+                                            (lua_Integer)i + 1, (lua_Integer)index[i] + 1,
+                                            (lua_Integer)n));
 }
 
 static int m_index_select(lua_State *L) {
@@ -737,8 +804,9 @@ static int m_index_select(lua_State *L) {
   int rank;
   int64_t *index = read_indices(L, 3, shape, &rank, &n);
   if (rank != 1) return luaL_argerror(L, 3, "index: a flat list of indices expected");
+  check_index_range(L, 3, index, n, t->shape[d]);
   mrl_tensor **slot = new_box(L);
-  check_result(L, mrl__engine_of(t), mrl_tensor_index_select(slot, t, d, index, n), 3, *slot);
+  check_result(L, mrl__engine_of(t), mrl_tensor_index_select(slot, t, d, index, n), 3, slot);
   return 1;
 }
 
@@ -751,8 +819,14 @@ static int m_gather(lua_State *L) {
   if (rank != t->rank)
     return luaL_argerror(L, 3, lua_pushfstring(L, "index: rank %d expected (same as self), got "
                                                "%d", t->rank, rank));
+  for (int i = 0; i < rank; i++)
+    if (i != d && shape[i] > t->shape[i])
+      return luaL_argerror(L, 3, lua_pushfstring(L, "index: size %I of dimension %d is larger "
+                                                 "than self's %I", (lua_Integer)shape[i], i + 1,
+                                                 (lua_Integer)t->shape[i]));
+  check_index_range(L, 3, index, n, t->shape[d]);
   mrl_tensor **slot = new_box(L);
-  check_result(L, mrl__engine_of(t), mrl_tensor_gather(slot, t, d, index, shape), 3, *slot);
+  check_result(L, mrl__engine_of(t), mrl_tensor_gather(slot, t, d, index, shape), 3, slot);
   return 1;
 }
 
@@ -823,9 +897,9 @@ static int mm_index(lua_State *L) {
     if (t->rank == 0) return luaL_error(L, "cannot index a scalar tensor (use t:get())");
     int isint;
     lua_Integer i = lua_tointegerx(L, 2, &isint);
-    if (!isint || i < 1 || i > t->shape[0])
-      return luaL_error(L, "index %s is outside 1..%I", lua_tostring(L, 2),
-                        (lua_Integer)t->shape[0]);
+    if (!isint) return luaL_error(L, "index %s is not an integer", lua_tostring(L, 2));
+    if (i < 1 || i > t->shape[0])
+      return luaL_error(L, "index %I is outside 1..%I", i, (lua_Integer)t->shape[0]);
     if (t->rank == 1) {
       lua_pushnumber(L, t->data[(i - 1) * t->stride[0]]);
       return 1;
@@ -843,9 +917,11 @@ static int mm_index(lua_State *L) {
 /* t[i] = v: sets an entry of a rank-1 tensor, or fills / copies into row i. */
 static int mm_newindex(lua_State *L) {
   mrl_tensor *t = mrl__lua_check_tensor(L, 1, "self");
+  if (lua_type(L, 2) != LUA_TNUMBER)
+    return luaL_error(L, "tensor fields cannot be assigned (key of type %s)", luaL_typename(L, 2));
   int isint;
   lua_Integer i = lua_tointegerx(L, 2, &isint);
-  if (!isint) return luaL_error(L, "tensor fields cannot be assigned (key %s)", luaL_typename(L, 2));
+  if (!isint) return luaL_error(L, "index %s is not an integer", lua_tostring(L, 2));
   if (t->rank == 0) return luaL_error(L, "cannot index a scalar tensor (use t:set())");
   if (i < 1 || i > t->shape[0])
     return luaL_error(L, "index %I is outside 1..%I", i, (lua_Integer)t->shape[0]);

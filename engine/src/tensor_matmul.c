@@ -57,11 +57,8 @@ static void batch_strides(const mrl_tensor *t, int br, int64_t *s) {
   }
 }
 
-mrl_status mrl_tensor_matmul(mrl_tensor **out, const mrl_tensor *a, const mrl_tensor *b,
-                             int flags) {
-  const char *fn = "mrl_tensor_matmul";
-  mrl_engine *e = a || b ? mrl__engine_of(a ? a : b) : mrl__out_engine(out);
-  if (!a || !b) return mrl__fail(e, MRL_ERR_NULL, fn, "%s is NULL", a ? "b" : "a");
+mrl_status mrl__matmul_shape(mrl_engine *e, const char *fn, const mrl_tensor *a,
+                             const mrl_tensor *b, int flags, int *rank, int64_t *shape) {
   if (flags & ~(MRL_TRANS_A | MRL_TRANS_B))
     return mrl__fail(e, MRL_ERR_INVALID, fn, "unknown flags 0x%x", (unsigned)flags);
   if (a->rank < 2 || b->rank < 2)
@@ -79,28 +76,45 @@ mrl_status mrl_tensor_matmul(mrl_tensor **out, const mrl_tensor *a, const mrl_te
                      flags & MRL_TRANS_A ? " transposed" : "", (long long)A.cols, hb,
                      flags & MRL_TRANS_B ? " transposed" : "", (long long)B.rows);
   }
-  int64_t M = A.rows, N = B.cols, K = A.cols;
-  if (M > INT_MAX || N > INT_MAX || K > INT_MAX)
+  if (A.rows > INT_MAX || B.cols > INT_MAX || A.cols > INT_MAX)
     return mrl__fail(e, MRL_ERR_UNSUPPORTED, fn, "matrix dimensions above %d", INT_MAX);
-
   /* batch dims broadcast like elementwise shapes */
   int br = (a->rank > b->rank ? a->rank : b->rank) - 2;
-  int64_t shape[MRL_MAX_RANK], sa[MRL_MAX_RANK], sb[MRL_MAX_RANK];
   for (int i = 0; i < br; i++) {
     int64_t na = batch_size(a, br, i), nb = batch_size(b, br, i);
-    if (na != nb && na != 1 && nb != 1)
-      return mrl__fail(e, MRL_ERR_SHAPE, fn,
-                       "batch dimension %d does not broadcast: %lld vs %lld", i, (long long)na,
-                       (long long)nb);
+    if (na != nb && na != 1 && nb != 1) {
+      char ha[160], hb[160];
+      mrl__shape_str(ha, sizeof ha, a->rank, a->shape);
+      mrl__shape_str(hb, sizeof hb, b->rank, b->shape);
+      return mrl__fail(e, MRL_ERR_SHAPE, fn, "batch dimensions of %s and %s do not broadcast "
+                       "(%lld vs %lld)", ha, hb, (long long)na, (long long)nb);
+    }
     shape[i] = na == 1 ? nb : na;
   }
-  shape[br] = M;
-  shape[br + 1] = N;
+  shape[br] = A.rows;
+  shape[br + 1] = B.cols;
+  *rank = br + 2;
+  return MRL_OK;
+}
+
+mrl_status mrl_tensor_matmul(mrl_tensor **out, const mrl_tensor *a, const mrl_tensor *b,
+                             int flags) {
+  const char *fn = "mrl_tensor_matmul";
+  mrl_engine *e = a || b ? mrl__engine_of(a ? a : b) : mrl__out_engine(out);
+  if (!a || !b) return mrl__fail(e, MRL_ERR_NULL, fn, "%s is NULL", a ? "b" : "a");
+  int rank;
+  int64_t shape[MRL_MAX_RANK], sa[MRL_MAX_RANK], sb[MRL_MAX_RANK];
+  mrl_status st = mrl__matmul_shape(e, fn, a, b, flags, &rank, shape);
+  if (st) return st;
+  int br = rank - 2;
+  operand A, B;
+  operand_init(&A, a, flags & MRL_TRANS_A);
+  operand_init(&B, b, flags & MRL_TRANS_B);
+  int64_t M = A.rows, N = B.cols, K = A.cols;
 
   mrl_tensor *o;
   bool fresh;
-  mrl_status st = mrl__prepare_out(e, fn, out, br + 2, shape, &o, &fresh);
-  if (st) return st;
+  if ((st = mrl__prepare_out(e, fn, out, rank, shape, &o, &fresh))) return st;
 
   /* Operands BLAS cannot read in place, and an output it cannot write or that overlaps an
    * input, go through contiguous temporaries. */

@@ -16,7 +16,7 @@ static void broadcast_strides(const mrl_tensor *t, int rank, int64_t *stride) {
   }
 }
 
-static mrl_status broadcast_shape(mrl_engine *e, const char *fn, const mrl_tensor *a,
+mrl_status mrl__broadcast_shape(mrl_engine *e, const char *fn, const mrl_tensor *a,
                                   const mrl_tensor *b, int *rank, int64_t *shape) {
   int r = a->rank > b->rank ? a->rank : b->rank;
   for (int i = 0; i < r; i++) {
@@ -26,8 +26,8 @@ static mrl_status broadcast_shape(mrl_engine *e, const char *fn, const mrl_tenso
       char ha[160], hb[160];
       mrl__shape_str(ha, sizeof ha, a->rank, a->shape);
       mrl__shape_str(hb, sizeof hb, b->rank, b->shape);
-      return mrl__fail(e, MRL_ERR_SHAPE, fn, "shapes %s and %s do not broadcast (dimension %d: %lld vs %lld)",
-                       ha, hb, i, (long long)sa, (long long)sb);
+      return mrl__fail(e, MRL_ERR_SHAPE, fn, "shapes %s and %s do not broadcast (%lld vs %lld)",
+                       ha, hb, (long long)sa, (long long)sb);
     }
     shape[i] = sa == 1 ? sb : sa;
   }
@@ -144,7 +144,7 @@ static mrl_status binary(const char *fn, binary_loop f, mrl_tensor **out, const 
   if (!a || !b) return mrl__fail(e, MRL_ERR_NULL, fn, "%s is NULL", a ? "b" : "a");
   int r;
   int64_t shape[MRL_MAX_RANK];
-  mrl_status st = broadcast_shape(e, fn, a, b, &r, shape);
+  mrl_status st = mrl__broadcast_shape(e, fn, a, b, &r, shape);
   if (st) return st;
   mrl_tensor *o;
   bool fresh;
@@ -210,7 +210,7 @@ mrl_status mrl_tensor_copy(mrl_tensor *dst, const mrl_tensor *src) {
   if (!src) return mrl__fail(e, MRL_ERR_NULL, fn, "src is NULL");
   int r;
   int64_t shape[MRL_MAX_RANK];
-  mrl_status st = broadcast_shape(e, fn, dst, src, &r, shape);
+  mrl_status st = mrl__broadcast_shape(e, fn, dst, src, &r, shape);
   bool fits = st == MRL_OK && r == dst->rank;
   for (int i = 0; fits && i < r; i++) fits = shape[i] == dst->shape[i];
   if (!fits) {
