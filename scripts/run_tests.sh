@@ -18,7 +18,6 @@ if [ "$MODE" = asan ]; then
   MOONRL_PRELOAD="$(gcc -print-file-name=libasan.so) $(gcc -print-file-name=libubsan.so)"
   export MOONRL_PRELOAD
   export ASAN_OPTIONS="detect_leaks=1:abort_on_error=0" UBSAN_OPTIONS="print_stacktrace=1"
-  export LSAN_OPTIONS="suppressions=$ROOT/tests/lsan.supp:print_suppressions=0"
 fi
 
 passed=0
