@@ -620,6 +620,11 @@ static void test_unary_ops(void) {
     float lo = unary_ops[i].lo, hi = unary_ops[i].hi;
     check_unary(i, "contiguous", random_tensor(e, SHAPE(3, 5), lo, hi));
     check_unary(i, "transposed", transposed(random_tensor(e, SHAPE(5, 3), lo, hi), 0, 1));
+    /* larger than one 16 x 16 tile of the blocked transpose path, with ragged edges */
+    check_unary(i, "transposed over several tiles",
+                transposed(random_tensor(e, SHAPE(41, 37), lo, hi), 0, 1));
+    check_unary(i, "batched transpose over several tiles",
+                transposed(random_tensor(e, SHAPE(2, 41, 37), lo, hi), 1, 2));
     check_unary(i, "step-3 slice", sliced(random_tensor(e, SHAPE(4, 9), lo, hi), 1, 1, 9, 3));
     check_unary(i, "scalar", random_tensor(e, 0, NULL, lo, hi));
     check_unary(i, "empty", random_tensor(e, SHAPE(0, 4), lo, hi));
