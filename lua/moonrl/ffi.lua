@@ -147,10 +147,36 @@ local function typeerror(narg, expected, v)
   argerror(narg, format("%s expected, got %s", expected, typename(v)))
 end
 
+-- luaL_typename, for messages that name a basic type: a tensor is a full userdata in Lua 5.4.
+local function basic_type(v)
+  if is_tensor(v) then return "userdata" end
+  return type(v)
+end
+
+-- lua_tostring of a number without an integer value, as Lua 5.4 writes it: "%.14g", with ".0"
+-- added where that reads as an integer, and C's "-nan" for a NaN with the sign bit set (LuaJIT's
+-- tostring writes every NaN as "nan").
+local nan_bits = ffi.new("union { double d; int64_t i; }")
+local function float_string(v)
+  if v ~= v then
+    nan_bits.d = v
+    return nan_bits.i < 0 and "-nan" or "nan"
+  end
+  local s = format("%.14g", v)
+  if not s:find("[^-0-9]") then s = s .. ".0" end
+  return s
+end
+
 -- lua_tointegerx: a number with an exact integer value, or a string that converts to one.
 local function tointeger(v)
   if type(v) == "string" then v = tonumber(v) end
   if type(v) == "number" and v == floor(v) and v >= -2^63 and v < 2^63 then return v end
+  return nil
+end
+
+-- The same, refusing numeric strings: shape entries must be numbers.
+local function tointeger_strict(v)
+  if type(v) == "number" then return tointeger(v) end
   return nil
 end
 
@@ -224,7 +250,7 @@ local function check_shape(...)
     rank = #first
     if rank > MAX_RANK then argerror(1, format("shape: rank %d is above %d", rank, MAX_RANK)) end
     for i = 1, rank do
-      local v = tointeger(first[i])
+      local v = tointeger_strict(first[i])
       if not v or v < 0 then
         argerror(1, format("shape: entry %d must be a non-negative integer", i))
       end
@@ -237,9 +263,9 @@ local function check_shape(...)
   if rank > MAX_RANK then argerror(1, format("shape: rank %d is above %d", rank, MAX_RANK)) end
   for i = 1, rank do
     local arg = select(i, ...)
-    local v = tointeger(arg)
+    local v = tointeger_strict(arg)
     if not v or v < 0 then
-      argerror(i, format("shape: non-negative integer expected, got %s", type(arg)))
+      argerror(i, format("shape: non-negative integer expected, got %s", basic_type(arg)))
     end
     shape[i - 1] = v
   end
@@ -300,7 +326,7 @@ local function nested_read(data, narg, name, rank, shape, dst)
         walk(e, d + 1)
       elseif type(e) ~= "number" then
         argerror(narg, format("%s: element %s is %s, expected a number", name, path(d + 1),
-                              type(e)))
+                              basic_type(e)))
       else
         dst[k] = e
         k = k + 1
@@ -313,6 +339,7 @@ end
 -- Reads 1-based integer indices from a (nested) table or a tensor into a 0-based int64_t array.
 -- Returns the array, its rank, shape and count.
 local function read_indices(v, narg)
+  if is_tensor(v) and v.handle == nil then argerror(narg, "index: tensor is closed") end
   local handle = test_tensor(v)
   local rank, shape
   if handle then
@@ -321,7 +348,7 @@ local function read_indices(v, narg)
   elseif type(v) == "table" then
     rank, shape = nested_shape(v, narg, "index")
   else
-    argerror(narg, format("index: table or tensor of integers expected, got %s", type(v)))
+    argerror(narg, format("index: table or tensor of integers expected, got %s", basic_type(v)))
   end
   local n = 1
   for i = 0, rank - 1 do n = n * tonumber(shape[i]) end
@@ -343,6 +370,17 @@ local function read_indices(v, narg)
     index[i] = x - 1
   end
   return index, rank, shape, n
+end
+
+-- Raises unless each of the n 0-based indices is below size, naming the entry and its value
+-- 1-based.
+local function check_index_range(narg, index, n, size)
+  for i = 0, n - 1 do
+    local v = tonumber(index[i])
+    if v < 0 or v >= size then
+      argerror(narg, format("index: entry %d is %d, outside 1..%d", i + 1, v + 1, size))
+    end
+  end
 end
 
 local function nested_table(data, rank, shape, stride, d, offset)
@@ -418,11 +456,13 @@ function tensor.arange(a, b, c)
   else
     start, stop, step = check_number(a, 1), check_number(b, 2), opt_number(c, 3, 1)
   end
+  local stop_arg = b == nil and 1 or 2 -- arange(stop) takes stop as argument 1
   if step == 0 or not finite(step) then argerror(3, "step: must be finite and non-zero") end
-  if not finite(start) or not finite(stop) then argerror(1, "start/stop: must be finite") end
+  if not finite(start) then argerror(1, "start: must be finite") end
+  if not finite(stop) then argerror(stop_arg, "stop: must be finite") end
   local count = math.ceil((stop - start) / step)
   if count < 0 then count = 0 end
-  if count > 1e15 then argerror(2, "stop: too many elements") end
+  if count > 1e15 then argerror(stop_arg, "stop: too many elements") end
   local slot = new_slot()
   check(lib.mrl_tensor_new(engine, 1, ffi.new("int64_t[1]", count), slot), 1)
   local t = fresh(slot[0])
@@ -438,7 +478,7 @@ function tensor.from(data)
     return fresh(slot[0])
   end
   if type(data) ~= "table" then
-    argerror(1, format("data: nested table of numbers expected, got %s", type(data)))
+    argerror(1, format("data: nested table of numbers expected, got %s", basic_type(data)))
   end
   local rank, shape = nested_shape(data, 1, "data")
   check(lib.mrl_tensor_new(engine, rank, shape, slot), 1)
@@ -514,6 +554,10 @@ function methods.narrow(self, dim, start, length)
   local h = check_tensor(self, 1, "self")
   local d = check_dim(dim, 2, rank_of(h), "dim")
   local s, len = check_integer(start, 3), check_integer(length, 4)
+  local n = size_of(h, d)
+  if s < 1 or s > n + 1 or len < 0 or len > n - (s - 1) then
+    argerror(3, format("start %d, length %d do not fit dimension %d of size %d", s, len, d + 1, n))
+  end
   local slot = new_slot()
   check(lib.mrl_tensor_narrow(h, d, s - 1, len, slot), 3)
   return view(slot[0])
@@ -563,8 +607,8 @@ function methods.transpose(self, dim1, dim2)
   return view(slot[0])
 end
 
--- t:permute(2, 1) or t:permute({2, 1}). An entry of the table is reported as argument 2 (the C
--- binding reports a bad entry as argument #-1).
+-- t:permute(2, 1) or t:permute({2, 1}). A bad entry of the table, or a dimension it names twice,
+-- is reported as argument 2 (the table); in the vararg form, as the argument at fault.
 function methods.permute(self, ...)
   local h = check_tensor(self, 1, "self")
   local rank, perm = rank_of(h), ffi.new("int[?]", MAX_RANK)
@@ -572,12 +616,23 @@ function methods.permute(self, ...)
   local from_table = type(list) == "table"
   local n = from_table and #list or select("#", ...)
   if n ~= rank then argerror(2, format("perm: expected %d dimensions, got %d", rank, n)) end
+  local seen = {}
   for i = 1, n do
+    local d, narg
     if from_table then
-      perm[i - 1] = check_dim(list[i], 2, rank, "perm entry")
+      local v = tointeger(list[i])
+      narg = 2
+      if not v or v == 0 or v < -rank or v > rank then
+        argerror(2, format("perm: entry %d must be a dim in 1..%d or -%d..-1", i, rank, rank))
+      end
+      d = v > 0 and v - 1 or rank + v
     else
-      perm[i - 1] = check_dim((select(i, ...)), i + 1, rank, "perm entry")
+      narg = i + 1
+      d = check_dim((select(i, ...)), narg, rank, "perm entry")
     end
+    if seen[d] then argerror(narg, format("perm: dimension %d is named twice", d + 1)) end
+    seen[d] = true
+    perm[i - 1] = d
   end
   local slot = new_slot()
   check(lib.mrl_tensor_permute(h, perm, slot), 2)
@@ -598,7 +653,7 @@ function methods.reshape(self, ...)
     rank = #list
     if rank > MAX_RANK then argerror(2, "shape: rank above 8") end
     for i = 1, rank do
-      local v = tointeger(list[i])
+      local v = tointeger_strict(list[i])
       if not v then argerror(2, "shape: entries must be integers (-1 to infer one)") end
       shape[i - 1] = v
     end
@@ -669,6 +724,37 @@ local function release_operand(v, handle)
   if type(v) == "number" then lib.mrl_tensor_free(ffi.gc(handle, nil)) end
 end
 
+-- When an operation with an `out` fails although its operands fit each other, what is left to
+-- blame is `out`. The C binding asks the engine's internal shape functions (mrl__broadcast_shape,
+-- mrl__matmul_shape) whether the operands fit; libmoonrl does not export them, so the tests are
+-- repeated here. Matching the engine's "out has shape" message instead would tie the blame to
+-- that wording, and miss any other failure of a call whose operands fit.
+
+-- Whether the first na dims of a and the first nb dims of b broadcast, aligned at their ends
+-- (a missing dim counts as 1, which fits anything).
+local function dims_broadcast(ha, na, hb, nb)
+  for i = 1, min(na, nb) do
+    local x, y = size_of(ha, na - i), size_of(hb, nb - i)
+    if x ~= y and x ~= 1 and y ~= 1 then return false end
+  end
+  return true
+end
+
+local INT_MAX = 2^31 - 1
+
+-- mrl__matmul_shape's checks: ranks >= 2, equal inner dims (after the transposes), matrix dims
+-- that BLAS takes, batch dims that broadcast.
+local function matmul_fits(ha, hb, trans_a, trans_b)
+  local ra, rb = rank_of(ha), rank_of(hb)
+  if ra < 2 or rb < 2 then return false end
+  local rows = size_of(ha, trans_a and ra - 1 or ra - 2)
+  local inner_a = size_of(ha, trans_a and ra - 2 or ra - 1)
+  local inner_b = size_of(hb, trans_b and rb - 1 or rb - 2)
+  local cols = size_of(hb, trans_b and rb - 2 or rb - 1)
+  if inner_a ~= inner_b or max(rows, cols, inner_a) > INT_MAX then return false end
+  return dims_broadcast(ha, ra - 2, hb, rb - 2)
+end
+
 -- t:op(other [, out]) and the metamethods: either operand may be a number.
 local function binary(op)
   return function(a, b, out)
@@ -678,9 +764,13 @@ local function binary(op)
     local hb = operand_handle(b, 2)
     local slot = result_slot(out, 3)
     local status = op(slot, ha, hb)
+    local blame = 2
+    if status ~= 0 and out ~= nil and dims_broadcast(ha, rank_of(ha), hb, rank_of(hb)) then
+      blame = 3
+    end
     release_operand(a, ha)
     release_operand(b, hb)
-    check(status, 2)
+    check(status, blame)
     return out or fresh(slot[0])
   end
 end
@@ -790,19 +880,22 @@ end
 function methods.matmul(self, other, opts)
   local ha = check_tensor(self, 1, "self")
   local hb = check_tensor(other, 2, "other")
-  local flags, out = 0, nil
+  local trans_a, trans_b, out = false, false, nil
   if opts ~= nil then
     check_table(opts, 3)
-    if opts.trans_a then flags = flags + lib.MRL_TRANS_A end
-    if opts.trans_b then flags = flags + lib.MRL_TRANS_B end
+    trans_a, trans_b = opts.trans_a and true or false, opts.trans_b and true or false
     if opts.out ~= nil then
       out = opts.out
       if test_tensor(out) == nil then argerror(3, "opts.out: open tensor expected") end
     end
   end
+  local flags = (trans_a and lib.MRL_TRANS_A or 0) + (trans_b and lib.MRL_TRANS_B or 0)
   local slot = new_slot()
   if out then slot[0] = out.handle end
-  check(lib.mrl_tensor_matmul(slot, ha, hb, flags), 2)
+  local status = lib.mrl_tensor_matmul(slot, ha, hb, flags)
+  local blame = 2
+  if status ~= 0 and out and matmul_fits(ha, hb, trans_a, trans_b) then blame = 3 end
+  check(status, blame)
   return out or fresh(slot[0])
 end
 tensor.matmul = methods.matmul
@@ -812,6 +905,7 @@ function methods.index_select(self, dim, index)
   local d = check_dim(dim, 2, rank_of(h), "dim")
   local idx, rank, _, n = read_indices(index, 3)
   if rank ~= 1 then argerror(3, "index: a flat list of indices expected") end
+  check_index_range(3, idx, n, size_of(h, d))
   local slot = new_slot()
   check(lib.mrl_tensor_index_select(slot, h, d, idx, n), 3)
   return fresh(slot[0])
@@ -821,10 +915,18 @@ function methods.gather(self, dim, index)
   local h = check_tensor(self, 1, "self")
   local rank = rank_of(h)
   local d = check_dim(dim, 2, rank, "dim")
-  local idx, index_rank, shape = read_indices(index, 3)
+  local idx, index_rank, shape, n = read_indices(index, 3)
   if index_rank ~= rank then
     argerror(3, format("index: rank %d expected (same as self), got %d", rank, index_rank))
   end
+  for i = 0, rank - 1 do
+    local size, own = tonumber(shape[i]), size_of(h, i)
+    if i ~= d and size > own then
+      argerror(3, format("index: size %d of dimension %d is larger than self's %d", size, i + 1,
+                         own))
+    end
+  end
+  check_index_range(3, idx, n, size_of(h, d))
   local slot = new_slot()
   check(lib.mrl_tensor_gather(slot, h, d, idx, shape), 3)
   return fresh(slot[0])
@@ -891,7 +993,8 @@ local function mm_index(self, key)
   local rank = rank_of(h)
   if rank == 0 then raise("cannot index a scalar tensor (use t:get())") end
   local i, n = tointeger(key), size_of(h, 0)
-  if not i or i < 1 or i > n then raise(format("index %s is outside 1..%d", tostring(key), n)) end
+  if not i then raise(format("index %s is not an integer", float_string(key))) end
+  if i < 1 or i > n then raise(format("index %d is outside 1..%d", i, n)) end
   if rank == 1 then
     return lib.mrl_tensor_data(h)[(i - 1) * tonumber(lib.mrl_tensor_strides(h)[0])]
   end
@@ -903,14 +1006,17 @@ end
 -- t[i] = v: sets an entry of a rank-1 tensor, or fills / copies into row i.
 local function mm_newindex(self, key, value)
   local h = check_tensor(self, 1, "self")
+  if type(key) ~= "number" then
+    raise(format("tensor fields cannot be assigned (key of type %s)", basic_type(key)))
+  end
   local i = tointeger(key)
-  if not i then raise(format("tensor fields cannot be assigned (key %s)", type(key))) end
+  if not i then raise(format("index %s is not an integer", float_string(key))) end
   if rank_of(h) == 0 then raise("cannot index a scalar tensor (use t:set())") end
   local n = size_of(h, 0)
   if i < 1 or i > n then raise(format("index %d is outside 1..%d", i, n)) end
   local src = test_tensor(value)
   if not src and type(value) ~= "number" then
-    raise(format("assigned value must be a number or a tensor, got %s", type(value)))
+    raise(format("assigned value must be a number or a tensor, got %s", basic_type(value)))
   end
   local slot = new_slot()
   check(lib.mrl_tensor_select(h, 0, i - 1, slot), 0)

@@ -432,6 +432,120 @@ case("error permute count", function() local r = z:permute(1, 2) return r end)
 case("error permute twice", function() local r = z:permute(1, 1, 2) return r end)
 case("error matmul opts", function() local r = a:matmul(b, {out = 1}) return r end)
 case("error blas_threads", function() rl.blas_threads(0) end)
+
+-- Checks the binding makes itself (not the engine): each message, and the argument it names
+-- when called as a method and as a function.
+-- narrow: start and length against the dimension, 1-based
+case("error narrow start", function() local r = z.narrow(z, 3, 6, 0) return r end)
+case("error narrow start 0", function() local r = z:narrow(-1, 0, 1) return r end)
+case("error narrow negative length", function() local r = z:narrow(2, 1, -1) return r end)
+case("narrow up to the end", function() return z:narrow(3, 5, 0), z:narrow(-1, 1, 4) end)
+
+-- permute: table entries, and dimensions named twice
+case("error permute table entry", function() local r = z:permute({1, 5, 2}) return r end)
+case("error permute table entry call", function() local r = z.permute(z, {1, 0, 2}) return r end)
+case("error permute table string", function() local r = z:permute({1, "x", 2}) return r end)
+case("error permute table fraction", function() local r = z:permute({1, 2.5, 3}) return r end)
+case("error permute table twice", function() local r = z:permute({3, 1, -1}) return r end)
+case("error permute table twice call", function() local r = z.permute(z, {2, 2, 1}) return r end)
+case("error permute twice call", function() local r = z.permute(z, 1, 2, -2) return r end)
+case("error permute twice first", function() local r = z:permute(1, 1, 9) return r end)
+case("permute numeric strings", function() return z:permute({"3", 1, 2}), z:permute("2", 3, 1) end)
+
+-- index_select / gather: index ranges and sizes, and the "index" name in messages
+case("error index_select range", function() local r = x:index_select(2, {1, 4}) return r end)
+case("error index_select zero call", function() local r = x.index_select(x, 1, {0}) return r end)
+case("error index_select tensor", function()
+  local r = x:index_select(-1, T.from({3, -2}))
+  return r
+end)
+case("error index_select large", function() local r = x:index_select(1, {1e15}) return r end)
+case("error gather index range", function() local r = x:gather(2, {{1, 3}, {2, 9}}) return r end)
+case("error gather tensor range", function()
+  local r = x:gather(1, T.from({{1, 3, 1}}))
+  return r
+end)
+case("error gather size", function() local r = x:gather(2, {{1}, {1}, {1}}) return r end)
+case("error gather size call", function() local r = x.gather(x, 1, {{1, 1, 1, 1}}) return r end)
+case("error index element", function() local r = x:index_select(1, {1, "x"}) return r end)
+case("error index tensor element", function() local r = x:index_select(1, {T.from(1)}) return r end)
+case("error index ragged", function() local r = x:gather(1, {{1, 1, 1}, {1}}) return r end)
+case("error index not a table", function() local r = x:gather(1, {{1, 1, 1}, 2}) return r end)
+case("error index closed", function()
+  local c = T.from({1})
+  c:free()
+  local ok1, e1 = pcall(function() local r = x:index_select(1, c) return r end)
+  local ok2, e2 = pcall(function() local r = x.gather(x, 1, c) return r end)
+  return ok1, e1, ok2, e2
+end)
+
+-- arange: which bound is not finite, and which argument holds stop
+case("error arange nan stop", function() local r = T.arange(0 / 0) return r end)
+case("error arange infinite start", function() local r = T.arange(-1 / 0, 2) return r end)
+case("error arange infinite stop", function() local r = T.arange(0, 1 / 0) return r end)
+case("error arange too many", function() local r = T.arange(1e16) return r end)
+case("error arange too many stop", function() local r = T.arange(0, 1e16) return r end)
+case("error arange step first", function() local r = T.arange(0 / 0, 1, 0) return r end)
+
+-- shapes: entries must be numbers, not numeric strings
+case("error zeros string entry", function() local r = T.zeros({"3"}) return r end)
+case("error zeros string argument", function() local r = T.zeros(2, "3") return r end)
+case("error zeros tensor argument", function() local r = T.zeros(2, T.from(1)) return r end)
+case("error ones string entry", function() local r = T.ones({2, "1"}) return r end)
+case("error full string entry", function() local r = T.full({"2"}, 1) return r end)
+case("error rand string entry", function() local r = T.rand({"2"}, 1) return r end)
+case("error reshape string entry", function() local r = z:reshape({"24"}) return r end)
+case("error reshape string entry call", function() local r = z.reshape(z, {6, "4"}) return r end)
+case("reshape string arguments", function() return z:reshape(6, "4") end)
+
+-- t[i] and t[i] = v: integer keys only, and no fields
+case("error index fraction", function() local r = z[1.5] return r end)
+case("error index near integer", function() local r = z[1.0000000000000002] return r end)
+case("error index nan", function() local r = z[0 / 0] return r end)
+case("error index huge", function() local r = z[2 ^ 63] return r end)
+case("error index scalar fraction", function() local r = T.from(1)[1.5] return r end)
+case("error assign fraction", function() z[1.5] = 1 end)
+case("error assign scalar fraction", function() T.from(1)[1.5] = 1 end)
+case("error assign string key", function() z["1"] = 1 end)
+case("error assign boolean key", function() z[true] = 1 end)
+case("error assign tensor key", function() z[T.from(1)] = 1 end)
+case("error assign closed value", function()
+  local c = T.from({1})
+  c:free()
+  z[1] = c
+end)
+case("index integral floats", function() return z[2.0][3.0], T.arange(3)[3.0] end)
+
+-- out arguments: blamed when the operands fit each other
+case("error add out shape", function() local r = x:add(y, T.zeros({3})) return r end)
+case("error add out shape call", function() local r = x.add(x, 1, T.zeros({2})) return r end)
+case("error mul number out shape", function() local r = x.mul(2, x, T.zeros({3, 2})) return r end)
+case("error sub operands and out", function()
+  local r = x:sub(T.zeros({4}), T.zeros({2, 3}))
+  return r
+end)
+case("error matmul out shape", function() local r = a:matmul(b, {out = T.zeros({5, 3})}) return r end)
+case("error matmul out shape call", function() local r = T.matmul(a, b, {out = T.zeros({3})}) return r end)
+case("error matmul trans out shape", function()
+  local r = T.matmul(T.randn({4, 3}, 4), b, {trans_a = true, out = T.zeros({4, 5})})
+  return r
+end)
+case("error matmul batch out shape", function()
+  local r = T.matmul(T.zeros(2, 1, 3, 4), T.zeros(3, 4, 2), {out = T.zeros(2, 3, 3, 3)})
+  return r
+end)
+case("error matmul operands and out", function()
+  local r = T.matmul(a, a, {out = T.zeros({3, 5})})
+  return r
+end)
+case("error matmul batch and out", function()
+  local r = T.matmul(T.zeros(2, 3, 4), T.zeros(3, 4, 2), {out = T.zeros(2, 3, 2)})
+  return r
+end)
+case("error matmul rank and out", function()
+  local r = T.matmul(T.zeros(3), b, {out = T.zeros(3, 5)})
+  return r
+end)
 case("error closed", function()
   local c = T.ones({2})
   c:free()
@@ -487,6 +601,10 @@ describe("parity with the Lua 5.4 binding", function()
     local r = results()
     assert_finds(r.ffi["matmul"], "matmul\ttensor{3,5}")
     assert_finds(r.ffi["error matmul method"], "bad argument #1 to 'matmul' (inner dimensions")
+    assert_finds(r.ffi["error broadcast"], "(shapes (2x3) and (2) do not broadcast (3 vs 2))")
+    assert_finds(r.ffi["error matmul batch"], "(batch dimensions of (2x3x4) and (3x4x2) do not "
+                                              .. "broadcast (2 vs 3))")
+    assert_finds(r.ffi["error add out shape call"], "bad argument #3 to 'add' (out has shape (2)")
   end)
 end)
 
@@ -515,10 +633,25 @@ describe("errors", function()
   end)
 
   it("drop the C function's name from engine messages", function()
-    local m = error_of(function() local r = T.zeros({2, 3}):narrow(2, 3, 5) return r end)
-    assert_finds(m, "bad argument #2 to 'narrow' (start 2, length 5 do not fit dimension 1 of "
-                    .. "size 3)")
+    local m = error_of(function() local r = T.zeros({2, 3}) + T.zeros({4}) return r end)
+    assert_finds(m, "bad argument #2 to 'add' (shapes (2x3) and (4) do not broadcast (3 vs 4))")
     assert.is_nil(m:find("mrl_", 1, true), m)
+  end)
+
+  it("count start and dims from 1 in narrow's range check", function()
+    local m = error_of(function() local r = T.zeros({2, 3}):narrow(2, 3, 5) return r end)
+    assert_finds(m, "bad argument #2 to 'narrow' (start 3, length 5 do not fit dimension 2 of "
+                    .. "size 3)")
+  end)
+
+  it("blame out when the operands fit each other", function()
+    local t = T.zeros({2, 3})
+    assert_finds(error_of(function() local r = t:add(1, T.zeros({3})) return r end),
+                 "bad argument #2 to 'add' (out has shape (3), the result has shape (2x3))")
+    assert_finds(error_of(function() local r = t:add(T.zeros({4}), T.zeros({3})) return r end),
+                 "bad argument #1 to 'add' (shapes (2x3) and (4) do not broadcast (3 vs 4))")
+    assert_finds(error_of(function() local r = T.matmul(t, t:t(), {out = t}) return r end),
+                 "bad argument #3 to 'matmul' (out has shape (2x3), the result has shape (2x2))")
   end)
 
   it("check dims, integers and types", function()
@@ -541,9 +674,13 @@ describe("errors", function()
   it("report a bad permutation entry as argument 2 (the table)", function()
     local t = T.zeros({2, 3})
     assert_finds(error_of(function() local r = t:permute({1, 5}) return r end),
-                 "bad argument #1 to 'permute' (perm entry: 5 is out of range")
+                 "bad argument #1 to 'permute' (perm: entry 2 must be a dim in 1..2 or -2..-1)")
     assert_finds(error_of(function() local r = t.permute(t, {1, 5}) return r end),
-                 "bad argument #2 to 'permute' (perm entry: 5 is out of range")
+                 "bad argument #2 to 'permute' (perm: entry 2 must be a dim in 1..2 or -2..-1)")
+    assert_finds(error_of(function() local r = t.permute(t, {2, -1}) return r end),
+                 "bad argument #2 to 'permute' (perm: dimension 2 is named twice)")
+    assert_finds(error_of(function() local r = t.permute(t, 2, -1) return r end),
+                 "bad argument #3 to 'permute' (perm: dimension 2 is named twice)")
   end)
 
   it("name 'index' for index arguments given as tables", function()
@@ -585,9 +722,13 @@ describe("errors", function()
   it("reject misuse of indexing", function()
     local t = T.zeros({2, 3})
     assert_finds(error_of(function() local r = t[0] return r end), "index 0 is outside 1..2")
-    assert_finds(error_of(function() local r = t[1.5] return r end), "index 1.5 is outside 1..2")
+    assert_finds(error_of(function() local r = t[1.5] return r end), "index 1.5 is not an integer")
+    assert_finds(error_of(function() t[1.5] = 1 end), "index 1.5 is not an integer")
     assert_finds(error_of(function() t[3] = 1 end), "index 3 is outside 1..2")
-    assert_finds(error_of(function() t.x = 1 end), "tensor fields cannot be assigned (key string)")
+    assert_finds(error_of(function() t.x = 1 end),
+                 "tensor fields cannot be assigned (key of type string)")
+    assert_finds(error_of(function() t["1"] = 1 end),
+                 "tensor fields cannot be assigned (key of type string)")
     assert_finds(error_of(function() t[1] = "x" end),
                  "assigned value must be a number or a tensor, got string")
     assert_finds(error_of(function() t[1] = T.zeros({4}) end), "does not broadcast")
