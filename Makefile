@@ -99,17 +99,17 @@ $(FFI_CDEF): scripts/gen_cdef.lua engine/include/moonrl.h
 	@mkdir -p $(dir $@)
 	lua5.4 scripts/gen_cdef.lua engine/include/moonrl.h $@
 
-$(BUILD)/tests/%: tests/c/%.c tests/c/check.c tests/c/check.h $(STATIC_LIB)
+$(BUILD)/tests/%: tests/c/%.c tests/c/check.c tests/c/check.h tests/c/support.c tests/c/support.h $(STATIC_LIB)
 	@mkdir -p $(dir $@)
-	$(CC) $(ALL_CFLAGS) $(CPPFLAGS) -Itests/c -o $@ $< tests/c/check.c $(STATIC_LIB) \
+	$(CC) $(ALL_CFLAGS) $(CPPFLAGS) -Itests/c -o $@ $< tests/c/check.c tests/c/support.c $(STATIC_LIB) \
 	  -llua$(LUA_VER) $(LDLIBS_CORE)
 
-$(BUILD)/bench_tensor: scripts/bench_tensor.c $(STATIC_LIB)
-	$(CC) $(ALL_CFLAGS) $(CPPFLAGS) -o $@ $< $(STATIC_LIB) -llua$(LUA_VER) $(LDLIBS_CORE)
+$(BUILD)/bench_tensor: scripts/bench_tensor.c scripts/bench_common.h $(STATIC_LIB)
+	$(CC) $(ALL_CFLAGS) $(CPPFLAGS) -Iscripts -o $@ $< $(STATIC_LIB) -llua$(LUA_VER) $(LDLIBS_CORE)
 
 # Linked with OpenBLAS the usual way: the baseline of OpenBLAS choosing its own kernels.
-$(BUILD)/bench_stock_blas: scripts/bench_stock_blas.c
-	$(CC) $(ALL_CFLAGS) -o $@ $< -lopenblas
+$(BUILD)/bench_stock_blas: scripts/bench_stock_blas.c scripts/bench_common.h
+	$(CC) $(ALL_CFLAGS) -Iscripts -o $@ $< -lopenblas
 
 test: all
 	@sh scripts/run_tests.sh $(BUILD)

@@ -2,25 +2,13 @@
  * in its own constructor before main: the baseline moonrl's core-type choice is measured against.
  * Prints "stock core" and "stock n gflops" lines (medians). */
 #define _POSIX_C_SOURCE 200809L
+#include "bench_common.h"
+
 #include <cblas.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <time.h>
 
 char *openblas_get_corename(void);
-
-enum { SAMPLES = 9 };
-
-static double now(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-static int cmp_double(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return (x > y) - (x < y);
-}
 
 int main(void) {
   printf("stock\tcore\t%s\n", openblas_get_corename());
@@ -36,18 +24,16 @@ int main(void) {
       b[k] = (float)(k % 5) * 0.1f;
     }
     double flops = 2.0 * n * (double)n * n;
-    int reps = (int)(0.05 * 30e9 / flops);
-    if (reps < 1) reps = 1;
+    int reps = bench_reps(flops, 30e9);
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1, a, n, b, n, 0, c, n);
     double rates[SAMPLES];
     for (int s = 0; s < SAMPLES; s++) {
-      double t0 = now();
+      double t0 = bench_now();
       for (int r = 0; r < reps; r++)
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1, a, n, b, n, 0, c, n);
-      rates[s] = flops * reps / (now() - t0) / 1e9;
+      rates[s] = flops * reps / (bench_now() - t0) / 1e9;
     }
-    qsort(rates, SAMPLES, sizeof *rates, cmp_double);
-    printf("stock\t%d\t%.1f\n", n, rates[SAMPLES / 2]);
+    printf("stock\t%d\t%.1f\n", n, bench_median(rates, SAMPLES));
     free(a);
     free(b);
     free(c);

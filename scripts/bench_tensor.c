@@ -3,40 +3,16 @@
  * Prints tab-separated lines: "blas core source threads", "matmul n direct_gflops engine_gflops"
  * and "elementwise name GB/s" (medians). With the argument "matmul" it skips the elementwise part. */
 #define _POSIX_C_SOURCE 200809L
+#include "bench_common.h"
 #include "internal.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
-
-enum { SAMPLES = 9 };
-
-static double now(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-static int cmp_double(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return (x > y) - (x < y);
-}
-
-static double median(double *v, int n) {
-  qsort(v, (size_t)n, sizeof *v, cmp_double);
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
 
 static void die(mrl_engine *e, const char *what) {
   fprintf(stderr, "bench: %s: %s\n", what, mrl_engine_last_error(e));
   exit(1);
-}
-
-/* Repetitions so one sample takes about 50 ms. */
-static int reps_for(double flops_or_bytes, double rate) {
-  int r = (int)(0.05 * rate / flops_or_bytes);
-  return r < 1 ? 1 : r;
 }
 
 static void bench_matmul(mrl_engine *e, int64_t n) {
@@ -53,24 +29,24 @@ static void bench_matmul(mrl_engine *e, int64_t n) {
     exit(1);
   }
   double flops = 2.0 * (double)n * (double)n * (double)n;
-  int reps = reps_for(flops, 100e9);
+  int reps = bench_reps(flops, 100e9);
   double direct[SAMPLES], engine[SAMPLES];
   float *pa = mrl_tensor_data(a), *pb = mrl_tensor_data(b), *pc = mrl_tensor_data(c);
   sgemm(101, 111, 111, (int)n, (int)n, (int)n, 1.0f, pa, (int)n, pb, (int)n, 0.0f, pc, (int)n);
   for (int s = 0; s < SAMPLES; s++) {
-    double t0 = now();
+    double t0 = bench_now();
     for (int r = 0; r < reps; r++)
       sgemm(101, 111, 111, (int)n, (int)n, (int)n, 1.0f, pa, (int)n, pb, (int)n, 0.0f, pc,
             (int)n);
-    double t1 = now();
+    double t1 = bench_now();
     for (int r = 0; r < reps; r++)
       if (mrl_tensor_matmul(&c, a, b, 0)) die(e, "matmul");
-    double t2 = now();
+    double t2 = bench_now();
     direct[s] = flops * reps / (t1 - t0) / 1e9;
     engine[s] = flops * reps / (t2 - t1) / 1e9;
   }
-  printf("matmul\t%lld\t%.1f\t%.1f\n", (long long)n, median(direct, SAMPLES),
-         median(engine, SAMPLES));
+  printf("matmul\t%lld\t%.1f\t%.1f\n", (long long)n, bench_median(direct, SAMPLES),
+         bench_median(engine, SAMPLES));
   mrl_tensor_free(a);
   mrl_tensor_free(b);
   mrl_tensor_free(c);
@@ -83,7 +59,7 @@ typedef mrl_status (*unary_fn)(mrl_tensor **, const mrl_tensor *);
 static void report(const char *name, double bytes, double *secs) {
   double rates[SAMPLES];
   for (int s = 0; s < SAMPLES; s++) rates[s] = bytes / secs[s] / 1e9;
-  printf("elementwise\t%s\t%.1f\n", name, median(rates, SAMPLES));
+  printf("elementwise\t%s\t%.1f\n", name, bench_median(rates, SAMPLES));
 }
 
 static void bench_elementwise(mrl_engine *e) {
@@ -113,39 +89,39 @@ static void bench_elementwise(mrl_engine *e) {
   double secs[SAMPLES];
   for (size_t k = 0; k < sizeof cases / sizeof *cases; k++) {
     for (int s = 0; s < SAMPLES; s++) {
-      double t0 = now();
+      double t0 = bench_now();
       mrl_status st = cases[k].bin ? cases[k].bin(&out, x, y) : cases[k].un(&out, x);
       if (st) die(e, cases[k].name);
-      secs[s] = now() - t0;
+      secs[s] = bench_now() - t0;
     }
     report(cases[k].name, (double)cases[k].arrays * (double)n * sizeof(float), secs);
   }
   for (int s = 0; s < SAMPLES; s++) {
-    double t0 = now();
+    double t0 = bench_now();
     if (mrl_tensor_add(&outm, xm, bias)) die(e, "broadcast add");
-    secs[s] = now() - t0;
+    secs[s] = bench_now() - t0;
   }
   report("add_row_broadcast", 2.0 * (double)n * sizeof(float), secs);
   for (int s = 0; s < SAMPLES; s++) {
-    double t0 = now();
+    double t0 = bench_now();
     if (mrl_tensor_copy(outt, xt)) die(e, "transposed copy");
-    secs[s] = now() - t0;
+    secs[s] = bench_now() - t0;
   }
   report("copy_transposed", 2.0 * (double)n * sizeof(float), secs);
   for (int s = 0; s < SAMPLES; s++) {
-    double t0 = now();
+    double t0 = bench_now();
     double sum;
     mrl_tensor_sum_all(x, &sum);
-    secs[s] = now() - t0;
+    secs[s] = bench_now() - t0;
   }
   report("sum_all", (double)n * sizeof(float), secs);
   mrl_tensor *xs = NULL;
   if (mrl_tensor_reshape(x, 2, mat, &xs)) die(e, "reshape");
   mrl_tensor *sm = NULL;
   for (int s = 0; s < SAMPLES; s++) {
-    double t0 = now();
+    double t0 = bench_now();
     if (mrl_tensor_softmax(&sm, xs)) die(e, "softmax");
-    secs[s] = now() - t0;
+    secs[s] = bench_now() - t0;
   }
   report("softmax_rows", 2.0 * (double)n * sizeof(float), secs);
   mrl_tensor *all[] = {x, y, out, xm, bias, outm, xt, outt, xs, sm};

@@ -4,8 +4,10 @@
  * - Every handle is opaque and created by a `_new` function that has a `_free` partner.
  *   `_free(NULL)` is a no-op.
  * - Functions that can fail return `mrl_status` (MRL_OK == 0, errors are negative). The detail
- *   goes into the engine's last-error message: `mrl_engine_last_error(e)`. An error never
- *   changes an output argument and never leaks: on failure `*out` is left untouched.
+ *   goes into the engine's last-error message: `mrl_engine_last_error(e)`, where the engine is
+ *   the one the handles involved belong to. (When every handle argument is NULL there is no
+ *   engine to hold a message, and MRL_ERR_NULL says it all.) An error never changes an output
+ *   argument and never leaks: on failure `*out` is left untouched.
  * - Dimensions are 0-based; a negative dimension counts from the end (-1 is the last).
  * - Ownership is stated on every function that returns a pointer. "Caller owns" means: free it
  *   with the named `_free` function. "Borrowed" means: do not free; valid for as long as stated.

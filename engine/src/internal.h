@@ -63,6 +63,8 @@ double mrl__rng_normal(struct mrl_rng *r);
 /* ---- tensor.c ---- */
 /* Normalises a possibly negative dim against rank; returns -1 if out of range. */
 int mrl__dim(int dim, int rank);
+/* Fails with MRL_ERR_RANGE: "<name> <dim> is out of range for a rank-<rank> tensor". */
+mrl_status mrl__bad_dim(mrl_engine *e, const char *fn, const char *name, int dim, int rank);
 /* Product of shape; false when an entry is negative or when the product of the non-zero entries
  * (which bounds the contiguous strides, even of an empty tensor) overflows int64. */
 bool mrl__numel(int rank, const int64_t *shape, int64_t *numel);

@@ -665,8 +665,9 @@ static void to_one_based(mrl_tensor *idx) {
   for (int64_t i = 0; i < idx->numel; i++) p[i] += 1.0f;
 }
 
-/* t:max() -> value, flat index; t:max(dim [, keepdim]) -> values, indices (1-based). */
-static int m_max(lua_State *L) {
+/* t:max() -> value, flat index; t:max(dim [, keepdim]) -> values, indices; t:argmax(...) returns
+ * only the indices. Indices are 1-based. */
+static int max_or_argmax(lua_State *L, bool values) {
   mrl_tensor *t = mrl__lua_check_tensor(L, 1, "self");
   mrl_engine *e = mrl__engine_of(t);
   if (lua_isnoneornil(L, 2)) {
@@ -674,37 +675,24 @@ static int m_max(lua_State *L) {
     int64_t i;
     mrl_status st = mrl_tensor_max_all(t, &v, &i);
     if (st) return mrl__lua_raise(L, e, st, 1);
-    lua_pushnumber(L, v);
+    if (values) lua_pushnumber(L, v);
     lua_pushinteger(L, i + 1);
-    return 2;
+    return values ? 2 : 1;
   }
   int d = check_dim(L, 2, t->rank, "dim");
   int keep = lua_toboolean(L, 3);
-  mrl_tensor **vals = new_box(L);
-  check_result(L, e, mrl_tensor_max(vals, t, d, keep), 1, vals);
+  if (values) {
+    mrl_tensor **vals = new_box(L);
+    check_result(L, e, mrl_tensor_max(vals, t, d, keep), 1, vals);
+  }
   mrl_tensor **idx = new_box(L);
   check_result(L, e, mrl_tensor_argmax(idx, t, d, keep), 1, idx);
   to_one_based(*idx);
-  return 2;
+  return values ? 2 : 1;
 }
 
-static int m_argmax(lua_State *L) {
-  mrl_tensor *t = mrl__lua_check_tensor(L, 1, "self");
-  mrl_engine *e = mrl__engine_of(t);
-  if (lua_isnoneornil(L, 2)) {
-    int64_t i;
-    mrl_status st = mrl_tensor_max_all(t, NULL, &i);
-    if (st) return mrl__lua_raise(L, e, st, 1);
-    lua_pushinteger(L, i + 1);
-    return 1;
-  }
-  int d = check_dim(L, 2, t->rank, "dim");
-  int keep = lua_toboolean(L, 3);
-  mrl_tensor **idx = new_box(L);
-  check_result(L, e, mrl_tensor_argmax(idx, t, d, keep), 1, idx);
-  to_one_based(*idx);
-  return 1;
-}
+static int m_max(lua_State *L) { return max_or_argmax(L, true); }
+static int m_argmax(lua_State *L) { return max_or_argmax(L, false); }
 
 /* ---- matmul ---- */
 

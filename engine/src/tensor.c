@@ -357,7 +357,7 @@ static void recount(mrl_tensor *v) { mrl__numel(v->rank, v->shape, &v->numel); }
   mrl_engine *e = mrl__engine_of(t);                                                               \
   if (!out) return mrl__fail(e, MRL_ERR_NULL, fn, "out is NULL")
 
-static mrl_status bad_dim(mrl_engine *e, const char *fn, const char *name, int dim, int rank) {
+mrl_status mrl__bad_dim(mrl_engine *e, const char *fn, const char *name, int dim, int rank) {
   return mrl__fail(e, MRL_ERR_RANGE, fn, "%s %d is out of range for a rank-%d tensor", name, dim,
                    rank);
 }
@@ -367,7 +367,7 @@ mrl_status mrl_tensor_narrow(mrl_tensor *t, int dim, int64_t start, int64_t leng
   const char *fn = "mrl_tensor_narrow";
   VIEW_PROLOGUE(fn);
   int d = mrl__dim(dim, t->rank);
-  if (d < 0) return bad_dim(e, fn, "dim", dim, t->rank);
+  if (d < 0) return mrl__bad_dim(e, fn, "dim", dim, t->rank);
   if (start < 0 || length < 0 || start > t->shape[d] || length > t->shape[d] - start)
     return mrl__fail(e, MRL_ERR_RANGE, fn,
                      "start %lld, length %lld do not fit dimension %d of size %lld",
@@ -387,7 +387,7 @@ mrl_status mrl_tensor_slice(mrl_tensor *t, int dim, int64_t start, int64_t stop,
   const char *fn = "mrl_tensor_slice";
   VIEW_PROLOGUE(fn);
   int d = mrl__dim(dim, t->rank);
-  if (d < 0) return bad_dim(e, fn, "dim", dim, t->rank);
+  if (d < 0) return mrl__bad_dim(e, fn, "dim", dim, t->rank);
   if (step <= 0) return mrl__fail(e, MRL_ERR_INVALID, fn, "step must be positive, got %lld",
                                   (long long)step);
   int64_t n = t->shape[d];
@@ -412,7 +412,7 @@ mrl_status mrl_tensor_select(mrl_tensor *t, int dim, int64_t index, mrl_tensor *
   const char *fn = "mrl_tensor_select";
   VIEW_PROLOGUE(fn);
   int d = mrl__dim(dim, t->rank);
-  if (d < 0) return bad_dim(e, fn, "dim", dim, t->rank);
+  if (d < 0) return mrl__bad_dim(e, fn, "dim", dim, t->rank);
   int64_t n = t->shape[d];
   int64_t i = index < 0 ? index + n : index;
   if (i < 0 || i >= n)
@@ -436,8 +436,8 @@ mrl_status mrl_tensor_transpose(mrl_tensor *t, int dim0, int dim1, mrl_tensor **
   const char *fn = "mrl_tensor_transpose";
   VIEW_PROLOGUE(fn);
   int a = mrl__dim(dim0, t->rank), b = mrl__dim(dim1, t->rank);
-  if (a < 0) return bad_dim(e, fn, "dim0", dim0, t->rank);
-  if (b < 0) return bad_dim(e, fn, "dim1", dim1, t->rank);
+  if (a < 0) return mrl__bad_dim(e, fn, "dim0", dim0, t->rank);
+  if (b < 0) return mrl__bad_dim(e, fn, "dim1", dim1, t->rank);
   mrl_tensor *v;
   mrl_status st = view_of(t, fn, &v);
   if (st) return st;
@@ -456,7 +456,7 @@ mrl_status mrl_tensor_permute(mrl_tensor *t, const int *perm, mrl_tensor **out) 
   bool seen[MRL_MAX_RANK] = {false};
   for (int i = 0; i < t->rank; i++) {
     int d = mrl__dim(perm[i], t->rank);
-    if (d < 0) return bad_dim(e, fn, "perm entry", perm[i], t->rank);
+    if (d < 0) return mrl__bad_dim(e, fn, "perm entry", perm[i], t->rank);
     if (seen[d])
       return mrl__fail(e, MRL_ERR_INVALID, fn, "perm names dimension %d twice", d);
     seen[d] = true;

@@ -334,9 +334,7 @@ static mrl_status reduce_dim(const char *fn, reduction kind, mrl_tensor **out, c
   if (!a) return mrl__fail(mrl__out_engine(out), MRL_ERR_NULL, fn, "a is NULL");
   mrl_engine *e = mrl__engine_of(a);
   int d = mrl__dim(dim, a->rank);
-  if (d < 0)
-    return mrl__fail(e, MRL_ERR_RANGE, fn, "dim %d is out of range for a rank-%d tensor", dim,
-                     a->rank);
+  if (d < 0) return mrl__bad_dim(e, fn, "dim", dim, a->rank);
   int64_t n = a->shape[d];
   if ((kind == RED_MAX || kind == RED_ARGMAX) && n == 0)
     return mrl__fail(e, MRL_ERR_SHAPE, fn, "cannot take the maximum over an empty dimension");
@@ -494,39 +492,49 @@ mrl_status mrl_tensor_log_softmax(mrl_tensor **out, const mrl_tensor *a) {
 
 /* ---- gather / index_select ---- */
 
+static mrl_status check_indices(mrl_engine *e, const char *fn, const int64_t *index, int64_t n,
+                                int64_t size) {
+  if (n > 0 && !index) return mrl__fail(e, MRL_ERR_NULL, fn, "index is NULL");
+  for (int64_t i = 0; i < n; i++)
+    if (index[i] < 0 || index[i] >= size)
+      return mrl__fail(e, MRL_ERR_RANGE, fn, "index[%lld] = %lld is outside 0..%lld",
+                       (long long)i, (long long)index[i], (long long)size - 1);
+  return MRL_OK;
+}
+
+/* o[i] = a[i with coordinate d replaced by index[p]], where p is the element's row-major
+ * position in o (gather) or its coordinate along d (index_select). */
+static void take_along(mrl_tensor *o, const mrl_tensor *a, int d, const int64_t *index,
+                       bool per_element) {
+  if (o->numel == 0) return;
+  mrl_index_iter it;
+  mrl__iter_init(&it, o->rank, o->shape);
+  int64_t src[MRL_MAX_RANK], k = 0;
+  do {
+    memcpy(src, it.idx, sizeof(int64_t) * (size_t)o->rank);
+    src[d] = index[per_element ? k++ : it.idx[d]];
+    o->data[mrl__offset(o->stride, it.idx, o->rank)] =
+        a->data[mrl__offset(a->stride, src, a->rank)];
+  } while (mrl__iter_next(&it) >= 0);
+}
+
 mrl_status mrl_tensor_index_select(mrl_tensor **out, const mrl_tensor *a, int dim,
                                    const int64_t *index, int64_t count) {
   const char *fn = "mrl_tensor_index_select";
   if (!a) return mrl__fail(mrl__out_engine(out), MRL_ERR_NULL, fn, "a is NULL");
   mrl_engine *e = mrl__engine_of(a);
   int d = mrl__dim(dim, a->rank);
-  if (d < 0)
-    return mrl__fail(e, MRL_ERR_RANGE, fn, "dim %d is out of range for a rank-%d tensor", dim,
-                     a->rank);
+  if (d < 0) return mrl__bad_dim(e, fn, "dim", dim, a->rank);
   if (count < 0) return mrl__fail(e, MRL_ERR_INVALID, fn, "count is negative");
-  if (count > 0 && !index) return mrl__fail(e, MRL_ERR_NULL, fn, "index is NULL");
-  for (int64_t i = 0; i < count; i++)
-    if (index[i] < 0 || index[i] >= a->shape[d])
-      return mrl__fail(e, MRL_ERR_RANGE, fn, "index[%lld] = %lld is outside 0..%lld",
-                       (long long)i, (long long)index[i], (long long)a->shape[d] - 1);
+  mrl_status st = check_indices(e, fn, index, count, a->shape[d]);
+  if (st) return st;
   int64_t shape[MRL_MAX_RANK];
   memcpy(shape, a->shape, sizeof shape);
   shape[d] = count;
   mrl_tensor *o;
   bool fresh;
-  mrl_status st = mrl__prepare_out(e, fn, out, a->rank, shape, &o, &fresh);
-  if (st) return st;
-  if (o->numel > 0) {
-    mrl_index_iter it;
-    mrl__iter_init(&it, o->rank, o->shape);
-    int64_t src[MRL_MAX_RANK];
-    do {
-      memcpy(src, it.idx, sizeof(int64_t) * (size_t)o->rank);
-      src[d] = index[it.idx[d]];
-      o->data[mrl__offset(o->stride, it.idx, o->rank)] =
-          a->data[mrl__offset(a->stride, src, a->rank)];
-    } while (mrl__iter_next(&it) >= 0);
-  }
+  if ((st = mrl__prepare_out(e, fn, out, a->rank, shape, &o, &fresh))) return st;
+  take_along(o, a, d, index, false);
   *out = o;
   return MRL_OK;
 }
@@ -537,9 +545,7 @@ mrl_status mrl_tensor_gather(mrl_tensor **out, const mrl_tensor *a, int dim, con
   if (!a) return mrl__fail(mrl__out_engine(out), MRL_ERR_NULL, fn, "a is NULL");
   mrl_engine *e = mrl__engine_of(a);
   int d = mrl__dim(dim, a->rank);
-  if (d < 0)
-    return mrl__fail(e, MRL_ERR_RANGE, fn, "dim %d is out of range for a rank-%d tensor", dim,
-                     a->rank);
+  if (d < 0) return mrl__bad_dim(e, fn, "dim", dim, a->rank);
   if (!index_shape) return mrl__fail(e, MRL_ERR_NULL, fn, "index_shape is NULL");
   for (int i = 0; i < a->rank; i++)
     if (index_shape[i] < 0)
@@ -553,26 +559,12 @@ mrl_status mrl_tensor_gather(mrl_tensor **out, const mrl_tensor *a, int dim, con
       return mrl__fail(e, MRL_ERR_SHAPE, fn,
                        "index_shape[%d] = %lld is larger than the input's %lld", i,
                        (long long)index_shape[i], (long long)a->shape[i]);
-  if (n > 0 && !index) return mrl__fail(e, MRL_ERR_NULL, fn, "index is NULL");
-  for (int64_t i = 0; i < n; i++)
-    if (index[i] < 0 || index[i] >= a->shape[d])
-      return mrl__fail(e, MRL_ERR_RANGE, fn, "index[%lld] = %lld is outside 0..%lld",
-                       (long long)i, (long long)index[i], (long long)a->shape[d] - 1);
+  mrl_status st = check_indices(e, fn, index, n, a->shape[d]);
+  if (st) return st;
   mrl_tensor *o;
   bool fresh;
-  mrl_status st = mrl__prepare_out(e, fn, out, a->rank, index_shape, &o, &fresh);
-  if (st) return st;
-  if (n > 0) {
-    mrl_index_iter it;
-    mrl__iter_init(&it, o->rank, o->shape);
-    int64_t src[MRL_MAX_RANK], k = 0;
-    do {
-      memcpy(src, it.idx, sizeof(int64_t) * (size_t)o->rank);
-      src[d] = index[k++];
-      o->data[mrl__offset(o->stride, it.idx, o->rank)] =
-          a->data[mrl__offset(a->stride, src, a->rank)];
-    } while (mrl__iter_next(&it) >= 0);
-  }
+  if ((st = mrl__prepare_out(e, fn, out, a->rank, index_shape, &o, &fresh))) return st;
+  take_along(o, a, d, index, true);
   *out = o;
   return MRL_OK;
 }

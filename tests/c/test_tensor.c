@@ -1,7 +1,7 @@
 /* test_tensor.c - unit tests of the tensor core: every operation against an independent naive
  * reference, matmul in all transpose combinations, views, broadcasting, random fills, display, and
  * the error paths (bad shapes, NULL, size overflow, bad out tensors). */
-#include "check.h"
+#include "support.h"
 #include "internal.h"
 
 #include <float.h>
@@ -10,26 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* SHAPE(3, 4) expands to the two arguments `rank, shape` the engine and the helpers take. */
-#define DIMS(...) ((const int64_t[]){__VA_ARGS__})
-#define SHAPE(...) (int)(sizeof DIMS(__VA_ARGS__) / sizeof(int64_t)), DIMS(__VA_ARGS__)
-
 /* ---- setup ---- */
-
-/* Setup that must succeed for a test to mean anything stops the run otherwise (TAP bail out). */
-#define MUST(call) must_ok((call), #call, __LINE__)
-
-static void must_ok(mrl_status st, const char *expr, int line) {
-  if (st == MRL_OK) return;
-  printf("Bail out! line %d: %s returned %d (%s)\n", line, expr, st, mrl_strerror(st));
-  exit(1);
-}
-
-static mrl_engine *new_engine(void) {
-  mrl_engine *e = NULL;
-  MUST(mrl_engine_new(&e));
-  return e;
-}
 
 /* Tensors made through the helpers below are kept here and freed by finish(). */
 enum { KEPT_MAX = 256 };
@@ -240,28 +221,6 @@ static void check_view_of_positions(const char *what, mrl_tensor *v, int rank, c
   }
   check_against(what, v, &want, 0.0, 0.0);
   ref_free(&want);
-}
-
-/* Runs `call` (which must fail) with a cleared message; checks the status, that the message
- * names the problem (needle NULL: no engine can be reached) and that no memory was kept. */
-#define CHECK_FAILS(e, want, needle, call)                                                         \
-  do {                                                                                             \
-    mrl_engine_clear_error(e);                                                                     \
-    size_t used_before_ = mrl_engine_memory_used(e);                                               \
-    mrl_status got_ = (call);                                                                      \
-    check_failure(e, got_, want, needle, used_before_, #call, __LINE__);                           \
-  } while (0)
-
-static void check_failure(mrl_engine *e, mrl_status got, mrl_status want, const char *needle,
-                          size_t used_before, const char *expr, int line) {
-  CHECKF(got == want, "line %d: %s returned %d (%s), want %d (%s)", line, expr, got,
-         mrl_strerror(got), want, mrl_strerror(want));
-  const char *msg = mrl_engine_last_error(e);
-  if (needle)
-    CHECKF(strstr(msg, needle) != NULL, "line %d: %s: message \"%s\" lacks \"%s\"", line, expr,
-           msg, needle);
-  CHECKF(mrl_engine_memory_used(e) == used_before, "line %d: %s: memory went from %zu to %zu",
-         line, expr, used_before, mrl_engine_memory_used(e));
 }
 
 /* ---- creation, queries, element access ---- */

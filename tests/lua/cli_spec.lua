@@ -5,24 +5,16 @@ local ROOT = assert(os.getenv("MOONRL_ROOT"), "MOONRL_ROOT must name the reposit
 local MOONRL = BUILD .. "/moonrl"
 local PRELOAD = os.getenv("MOONRL_PRELOAD") or ""
 
--- Runs a shell command; returns its combined output and exit status.
+local H = dofile((debug.getinfo(1, "S").source:match("^@(.*/)") or "./") .. "helpers.lua")
+local q = H.shell_quote
+
+-- Runs a shell command line (pipelines and `;` lists too); returns its combined output and exit
+-- status.
 local function sh(cmd)
-  local f = assert(io.popen("(" .. cmd .. ") 2>&1; echo \"__status=$?\""))
-  local out = f:read("a")
-  f:close()
-  local body, status = out:match("^(.*)__status=(%d+)\n$")
-  return body, tonumber(status)
+  local out, status = H.run("(" .. cmd .. ")")
+  return out, status
 end
-
-local function q(s) return "'" .. s:gsub("'", "'\\''") .. "'" end
-
-local function tmpfile(content)
-  local path = os.tmpname()
-  local f = assert(io.open(path, "w"))
-  f:write(content)
-  f:close()
-  return path
-end
+local tmpfile = H.write_temp
 
 describe("moonrl run", function()
   it("passes arguments in arg and as varargs, arg[0] being the script", function()

@@ -3,15 +3,16 @@
 local BUILD = assert(os.getenv("MOONRL_BUILD"), "MOONRL_BUILD must name the build directory")
 local MOONRL = BUILD .. "/moonrl"
 
+local H = dofile((debug.getinfo(1, "S").source:match("^@(.*/)") or "./") .. "helpers.lua")
+local q = H.shell_quote
+
+-- Runs a shell command line (pipelines and `;` lists too); returns its combined output and exit
+-- status.
 local function sh(cmd)
-  local f = assert(io.popen("(" .. cmd .. ") 2>&1; echo \"__status=$?\""))
-  local out = f:read("a")
-  f:close()
-  local body, status = out:match("^(.*)__status=(%d+)\n$")
-  return body, tonumber(status)
+  local out, status = H.run("(" .. cmd .. ")")
+  return out, status
 end
 
-local function q(s) return "'" .. s:gsub("'", "'\\''") .. "'" end
 
 describe("moonrl repl through a pipe", function()
   local function repl(input)
@@ -54,10 +55,11 @@ end)
 local Term = {}
 Term.__index = Term
 
-function Term.start(history)
+-- Starts `moonrl repl` (or `moonrl` followed by `args` when given) in a new tmux server.
+function Term.start(history, args)
   local self = setmetatable({}, Term)
   self.socket = "moonrl-test-" .. tostring(os.time()) .. "-" .. tostring(math.random(1e9))
-  local cmd = "MOONRL_HISTORY=" .. q(history) .. " " .. MOONRL .. " repl"
+  local cmd = "MOONRL_HISTORY=" .. q(history) .. " " .. MOONRL .. " " .. (args or "repl")
   local out, status = sh("tmux -L " .. self.socket .. " new-session -d -x 120 -y 40 " .. q(cmd))
   assert(status == 0, "tmux could not start: " .. out)
   assert(self:wait_for("\n> "), "no prompt:\n" .. self:screen())
@@ -99,6 +101,15 @@ describe("moonrl repl in a terminal #tmux", function()
   after_each(function()
     term:stop()
     os.remove(history)
+  end)
+
+  it("is what moonrl starts without arguments on a terminal", function()
+    local plain = Term.start(history, "")
+    plain:keys("rl.version", "Enter")
+    local ok = plain:wait_for('\n"0%.1%.0" *\n')
+    local screen = plain:screen()
+    plain:stop()
+    assert.truthy(ok, screen)
   end)
 
   it("completes globals and fields with Tab", function()

@@ -1,0 +1,34 @@
+/* support.h - helpers shared by the engine's C unit tests: shape literals, setup that must succeed,
+ * and checks of failing calls. */
+#ifndef MRL_TEST_SUPPORT_H
+#define MRL_TEST_SUPPORT_H
+
+#include "check.h"
+#include "moonrl.h"
+
+#include <stddef.h>
+
+/* SHAPE(3, 4) expands to the two arguments `rank, shape` the engine and the helpers take. */
+#define DIMS(...) ((const int64_t[]){__VA_ARGS__})
+#define SHAPE(...) (int)(sizeof DIMS(__VA_ARGS__) / sizeof(int64_t)), DIMS(__VA_ARGS__)
+
+/* Setup that must succeed for a test to mean anything stops the run otherwise (TAP bail out). */
+#define MUST(call) must_ok((call), #call, __LINE__)
+void must_ok(mrl_status st, const char *expr, int line);
+
+/* A new engine (bails out if it cannot be made). */
+mrl_engine *new_engine(void);
+
+/* Runs `call` (which must fail) with a cleared message; checks the status, that the message
+ * names the problem (needle NULL: no engine can be reached) and that no memory was kept. */
+#define CHECK_FAILS(e, want, needle, call)                                                         \
+  do {                                                                                             \
+    mrl_engine_clear_error(e);                                                                     \
+    size_t used_before_ = mrl_engine_memory_used(e);                                               \
+    mrl_status got_ = (call);                                                                      \
+    check_failure(e, got_, want, needle, used_before_, #call, __LINE__);                           \
+  } while (0)
+void check_failure(mrl_engine *e, mrl_status got, mrl_status want, const char *needle,
+                   size_t used_before, const char *expr, int line);
+
+#endif /* MRL_TEST_SUPPORT_H */
