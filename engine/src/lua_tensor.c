@@ -550,8 +550,8 @@ static int m_fill(lua_State *L) {
 
 /* ---- elementwise ---- */
 
-/* The result slot: the `out` argument at out_idx when given (pushed as the return value), or a
- * new box. *fresh tells whether the result will be newly allocated. */
+/* The result slot: the `out` argument at out_idx when given (pushed as the return value, and
+ * stored in *given), or a new box (*given stays NULL: the result will be newly allocated). */
 static mrl_tensor **result_slot(lua_State *L, int out_idx, mrl_tensor **given) {
   if (lua_isnoneornil(L, out_idx)) return new_box(L);
   *given = mrl__lua_check_tensor(L, out_idx, "out");
