@@ -6,14 +6,7 @@ local MOONRL = BUILD .. "/moonrl"
 local PRELOAD = os.getenv("MOONRL_PRELOAD") or ""
 
 local H = dofile((debug.getinfo(1, "S").source:match("^@(.*/)") or "./") .. "helpers.lua")
-local q = H.shell_quote
-
--- Runs a shell command line (pipelines and `;` lists too); returns its combined output and exit
--- status.
-local function sh(cmd)
-  local out, status = H.run("(" .. cmd .. ")")
-  return out, status
-end
+local q, sh = H.shell_quote, H.sh
 local tmpfile = H.write_temp
 
 describe("moonrl run", function()

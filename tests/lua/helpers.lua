@@ -37,6 +37,13 @@ function H.run(cmd)
   return out, code, ok == true
 end
 
+-- Runs a shell command line (pipelines and `;` lists too, all output captured); returns its
+-- output and exit code.
+function H.sh(cmd)
+  local out, code = H.run("(" .. cmd .. ")")
+  return out, code
+end
+
 -- Writes text to a new temporary file and returns its path (the caller removes it).
 function H.write_temp(text)
   local path = os.tmpname()

@@ -4,14 +4,7 @@ local BUILD = assert(os.getenv("MOONRL_BUILD"), "MOONRL_BUILD must name the buil
 local MOONRL = BUILD .. "/moonrl"
 
 local H = dofile((debug.getinfo(1, "S").source:match("^@(.*/)") or "./") .. "helpers.lua")
-local q = H.shell_quote
-
--- Runs a shell command line (pipelines and `;` lists too); returns its combined output and exit
--- status.
-local function sh(cmd)
-  local out, status = H.run("(" .. cmd .. ")")
-  return out, status
-end
+local q, sh = H.shell_quote, H.sh
 
 
 describe("moonrl repl through a pipe", function()
