@@ -29,10 +29,11 @@ CFLAGS      ?=
 ALL_CFLAGS  := $(CFLAGS_BASE) $(SANFLAGS) $(CFLAGS)
 LDLIBS_CORE := -lm -ldl -lpthread
 
-# engine core (no Lua), the Lua binding, and what only the library/command need
-CORE_SRC    := engine/src/engine.c engine/src/rng.c engine/src/blas.c engine/src/tensor.c \
-               engine/src/tensor_ops.c engine/src/tensor_matmul.c
-BIND_SRC    := engine/src/lua_tensor.c engine/src/lua_module.c
+# engine core (no Lua: every engine/src file but the lua_* ones and script.c), the Lua binding
+# (lua_*.c), and what only the library and the command need (scripts, embedded Lua modules)
+CORE_SRC    := $(filter-out engine/src/lua_% engine/src/script.c,$(wildcard engine/src/*.c))
+BIND_SRC    := $(filter-out engine/src/lua_core_module.c engine/src/lua_embed.c,\
+                 $(wildcard engine/src/lua_*.c))
 LIB_SRC     := engine/src/script.c engine/src/lua_embed.c
 LUA_MODULES := $(filter-out lua/moonrl/ffi.lua,$(wildcard lua/moonrl/*.lua))
 

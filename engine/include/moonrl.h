@@ -267,6 +267,178 @@ MRL_API mrl_status mrl_tensor_max_abs_diff(const mrl_tensor *a, const mrl_tensor
  * receives the full length without the NUL, as snprintf does. */
 MRL_API mrl_status mrl_tensor_format(const mrl_tensor *t, char *buf, size_t cap, size_t *len);
 
+/* ---- safetensors files ---------------------------------------------------------------------
+ * The Hugging Face format: an 8-byte little-endian header length, a JSON header naming each
+ * tensor's dtype, shape and byte range, then the data. Reading converts F32, F16 and BF16 to
+ * float32; writing produces F32 or BF16. Every malformed file is refused with a message. */
+typedef struct mrl_safetensors mrl_safetensors;
+typedef enum mrl_dtype { MRL_DTYPE_F32 = 0, MRL_DTYPE_F16 = 1, MRL_DTYPE_BF16 = 2 } mrl_dtype;
+
+/* Opens and validates a file (the data is mapped, not read). *out: caller owns,
+ * mrl_safetensors_close. */
+MRL_API mrl_status mrl_safetensors_open(mrl_engine *e, const char *path, mrl_safetensors **out);
+MRL_API void mrl_safetensors_close(mrl_safetensors *f);
+MRL_API int64_t mrl_safetensors_count(const mrl_safetensors *f); /* -1 for NULL */
+/* Name of tensor i (0-based, in file order). Borrowed: valid until close. NULL if out of range. */
+MRL_API const char *mrl_safetensors_name(const mrl_safetensors *f, int64_t i);
+/* Dtype and shape of a named tensor; shape needs room for MRL_MAX_RANK entries. */
+MRL_API mrl_status mrl_safetensors_info(const mrl_safetensors *f, const char *name,
+                                        mrl_dtype *dtype, int *rank, int64_t *shape);
+/* Reads a named tensor converted to float32. *out: caller owns, mrl_tensor_free. */
+MRL_API mrl_status mrl_safetensors_read(mrl_safetensors *f, const char *name, mrl_tensor **out);
+/* Metadata value for key ("__metadata__" entries), or NULL. Borrowed: valid until close. */
+MRL_API const char *mrl_safetensors_metadata(const mrl_safetensors *f, const char *key);
+/* Writes count named tensors (and optional metadata key/value pairs) atomically: a temporary
+ * file in the same directory, fsync, rename. A crash never leaves a partial file at path. */
+MRL_API mrl_status mrl_safetensors_write(mrl_engine *e, const char *path, int64_t count,
+                                         const char *const *names, mrl_tensor *const *tensors,
+                                         mrl_dtype dtype, int64_t metadata_count,
+                                         const char *const *metadata_keys,
+                                         const char *const *metadata_values);
+
+/* ---- the policy model --------------------------------------------------------------------
+ * A Llama-family decoder: token embedding, `layers` blocks of [RMSNorm, attention with RoPE and
+ * grouped-query heads (optional q/k/v biases as in Qwen2, optional per-head q/k RMSNorm as in
+ * Qwen3), residual, RMSNorm, SwiGLU MLP, residual], a final RMSNorm and the LM head (tied to the
+ * embedding or not). Parameters, gradients and AdamW moments live in one buffer each, with
+ * views named as in Hugging Face files ("model.layers.0.self_attn.q_proj.weight", ...). */
+typedef struct mrl_model mrl_model;
+
+typedef struct mrl_model_config {
+  int vocab;             /* vocabulary size */
+  int dim;               /* hidden size */
+  int layers;            /* decoder blocks */
+  int heads;             /* query heads */
+  int kv_heads;          /* key/value heads; divides heads */
+  int head_dim;          /* size of one head; 0 means dim / heads */
+  int ffn;               /* SwiGLU inner size */
+  int ctx;               /* longest sequence (positions) */
+  float rope_theta;      /* RoPE base */
+  float norm_eps;        /* RMSNorm epsilon */
+  int tie_embeddings;    /* 1: the LM head is the embedding matrix */
+  int qkv_bias;          /* 1: q/k/v projections have biases (Qwen2) */
+  int qk_norm;           /* 1: RMSNorm over each head of q and k (Qwen3) */
+  float rope_llama3_factor; /* > 0: Llama-3.1 RoPE frequency scaling with the three fields below */
+  float rope_llama3_low_freq_factor;
+  float rope_llama3_high_freq_factor;
+  int rope_llama3_original_ctx;
+} mrl_model_config;
+
+/* Fills cfg with a small byte-level model (vocab 256 + specials, dim 128, 4 layers, 4 heads). */
+MRL_API void mrl_model_config_default(mrl_model_config *cfg);
+
+/* A new model with freshly initialised weights (normal(0, 0.02) matrices, the residual output
+ * projections scaled by 1/sqrt(2 layers), unit norms, zero biases) drawn from `seed`.
+ * *out: caller owns, mrl_model_free. */
+MRL_API mrl_status mrl_model_new(mrl_engine *e, const mrl_model_config *cfg, uint64_t seed,
+                                 mrl_model **out);
+MRL_API void mrl_model_free(mrl_model *m);
+MRL_API mrl_status mrl_model_config_get(const mrl_model *m, mrl_model_config *out);
+
+/* Named parameters: count, and for each its Hugging Face name (borrowed, lives with the model)
+ * and new views of the weights and of their gradients (caller owns both, and they keep the
+ * memory alive even after mrl_model_free; either may be NULL). */
+MRL_API int mrl_model_param_count(const mrl_model *m);
+MRL_API mrl_status mrl_model_param(mrl_model *m, int i, const char **name, mrl_tensor **weights,
+                                   mrl_tensor **grads);
+/* Total number of parameters (floats). -1 for NULL. */
+MRL_API int64_t mrl_model_numel(const mrl_model *m);
+
+/* Hugging Face model directories: config.json (LlamaForCausalLM, Qwen2ForCausalLM,
+ * Qwen3ForCausalLM) and model.safetensors or sharded model-*.safetensors with
+ * model.safetensors.index.json. Configs the model cannot compute exactly are refused with a
+ * message naming the field. *out: caller owns, mrl_model_free. */
+MRL_API mrl_status mrl_model_load(mrl_engine *e, const char *dir, mrl_model **out);
+/* Writes config.json and model.safetensors (F32 or BF16) into dir (created if missing); each
+ * file is written atomically. */
+MRL_API mrl_status mrl_model_save(mrl_model *m, const char *dir, mrl_dtype dtype);
+/* moonrl's own training checkpoint, one file written atomically: weights, AdamW moments and
+ * step, and the caller's `step` and RNG state (`rng` may be NULL). */
+MRL_API mrl_status mrl_model_save_checkpoint(mrl_model *m, const char *path, int64_t step,
+                                             const mrl_rng *rng);
+/* Restores a checkpoint written for the same configuration into m (and rng when not NULL). */
+MRL_API mrl_status mrl_model_load_checkpoint(mrl_model *m, const char *path, int64_t *step,
+                                             mrl_rng *rng);
+
+/* -- training and scoring --
+ * A batch is `batch` sequences of `steps` token ids each, row-major, right-padded: sequence b
+ * holds lengths[b] real tokens (1..steps); positions past it never influence the others.
+ * mrl_model_forward runs the decoder and keeps what the backward pass needs. After it, per
+ * position (batch x steps arrays, row-major):
+ *   - targets[i] is the token whose log-probability position i scores (usually the next token),
+ *     or -1 for positions that score nothing (padding, prompts);
+ *   - mrl_model_score writes logprobs[i] = log p(targets[i] | tokens up to i) and the entropy of
+ *     the next-token distribution (either output may be NULL; unscored positions get 0);
+ *   - mrl_model_backward adds to the gradients the effect of a loss whose derivative with
+ *     respect to logprobs[i] is dlogprobs[i] and with respect to entropy[i] is dentropy[i]
+ *     (either may be NULL, meaning zeros). Masked cross-entropy is dlogprobs = -mask / count.
+ * The LM head is computed in blocks of rows, so the full (positions x vocab) logits are never
+ * held unless mrl_model_logits asks for them. */
+MRL_API mrl_status mrl_model_forward(mrl_model *m, const int32_t *tokens, const int32_t *lengths,
+                                     int batch, int steps);
+MRL_API mrl_status mrl_model_score(mrl_model *m, const int32_t *targets, float *logprobs,
+                                   float *entropy);
+/* Logits of the last forward, (batch, steps, vocab). *out: caller owns. */
+MRL_API mrl_status mrl_model_logits(mrl_model *m, mrl_tensor **out);
+MRL_API mrl_status mrl_model_backward(mrl_model *m, const int32_t *targets,
+                                      const float *dlogprobs, const float *dentropy);
+
+MRL_API mrl_status mrl_model_zero_grad(mrl_model *m);
+/* Global L2 norm of the gradients; with max_norm > 0, scales them down to at most max_norm
+ * (norm: the norm before clipping; may be NULL). */
+MRL_API mrl_status mrl_model_clip_grad(mrl_model *m, double max_norm, double *norm);
+
+/* AdamW with decoupled weight decay (applied to matrices, not to norms and biases), bias
+ * correction, one step over every parameter. */
+typedef struct mrl_adamw {
+  float lr, beta1, beta2, eps, weight_decay;
+} mrl_adamw;
+MRL_API mrl_status mrl_model_adamw_step(mrl_model *m, const mrl_adamw *opt);
+
+/* Learning rate at `step` (0-based) of `total`: MRL_LR_CONSTANT is base after warmup;
+ * MRL_LR_COSINE decays from base to min_lr along a half cosine after a linear warmup. Warmup is
+ * linear from base / warmup at step 0 to base at step warmup - 1. */
+typedef enum mrl_lr_schedule { MRL_LR_CONSTANT = 0, MRL_LR_COSINE = 1 } mrl_lr_schedule;
+MRL_API double mrl_lr_at(mrl_lr_schedule kind, int64_t step, int64_t total, int64_t warmup,
+                         double base, double min_lr);
+
+/* -- incremental decoding with a KV cache --
+ * A cache holds `slots` sequences of up to `capacity` tokens; its memory (keys and values of every
+ * layer) is allocated once and reused. Tokens are appended to many slots in one batched pass;
+ * each slot then holds the logits after its last token, from which mrl_kv_cache_sample draws with
+ * the slot's own random stream, so a sequence's samples do not depend on which other sequences
+ * share the batch. */
+typedef struct mrl_kv_cache mrl_kv_cache;
+
+typedef struct mrl_sampling {
+  float temperature; /* 0: greedy */
+  int top_k;         /* keep the k most likely tokens; 0: off */
+  float top_p;       /* keep the smallest set with probability >= top_p; 1 (or 0): off */
+  float min_p;       /* drop tokens below min_p times the top probability; 0: off */
+} mrl_sampling;
+
+/* *out: caller owns, mrl_kv_cache_free (before the model: a cache uses its model's weights).
+ * mrl_kv_cache_reset empties a slot and seeds its random stream. */
+MRL_API mrl_status mrl_kv_cache_new(mrl_model *m, int slots, int capacity, mrl_kv_cache **out);
+MRL_API void mrl_kv_cache_free(mrl_kv_cache *c);
+MRL_API mrl_status mrl_kv_cache_reset(mrl_kv_cache *c, int slot, uint64_t seed);
+MRL_API int mrl_kv_cache_length(const mrl_kv_cache *c, int slot); /* -1 for bad arguments */
+/* Appends counts[i] tokens to slot slots[i] for i < n (tokens concatenated in that order). */
+MRL_API mrl_status mrl_kv_cache_append(mrl_kv_cache *c, int n, const int *slots,
+                                       const int32_t *tokens, const int *counts);
+/* Draws the next token of each listed slot (it is not appended). logprobs (may be NULL) gets the
+ * token's log-probability under the temperature-scaled distribution before top-k/top-p/min-p
+ * (the behaviour log-probability; temperature 0 scores at temperature 1). */
+MRL_API mrl_status mrl_kv_cache_sample(mrl_kv_cache *c, int n, const int *slots,
+                                       const mrl_sampling *sampling, int32_t *tokens,
+                                       float *logprobs);
+/* The logits after a slot's last token (vocab floats). Borrowed: valid until the next append or
+ * reset of any slot. */
+MRL_API const float *mrl_kv_cache_logits(const mrl_kv_cache *c, int slot);
+
+/* ---- tokenizers ----------------------------------------------------------------------------
+ * (declarations added by the tokenizer work) */
+
 /* ---- scripts (Lua 5.4) -------------------------------------------------------------------
  * A Lua 5.4 state with the standard libraries, `require "moonrl"` available, and the engine's
  * tensors shared with C without copying. Errors (syntax or runtime) return MRL_ERR_LUA with the
