@@ -220,10 +220,24 @@ mrl_status mrl_model_new(mrl_engine *e, const mrl_model_config *cfg, uint64_t se
   return MRL_OK;
 }
 
+float *mrl__model_scratch(mrl_model *m, mrl_scratch_slot slot, int64_t floats) {
+  mrl_scratch *s = &m->scratch[slot];
+  if (s->cap >= floats) return s->p;
+  if ((uint64_t)floats > SIZE_MAX / sizeof(float)) return NULL;
+  float *p = mrl__alloc(m->engine, sizeof(float) * (size_t)floats);
+  if (!p) return NULL;
+  mrl__free(m->engine, s->p, sizeof(float) * (size_t)s->cap);
+  s->p = p;
+  s->cap = floats;
+  return p;
+}
+
 void mrl_model_free(mrl_model *m) {
   if (!m) return;
   mrl_engine *e = m->engine;
   mrl__model_free_activations(m);
+  for (int i = 0; i < SCRATCH_COUNT; i++)
+    mrl__free(e, m->scratch[i].p, sizeof(float) * (size_t)m->scratch[i].cap);
   mrl_tensor_free(m->weights_t);
   mrl_tensor_free(m->grads_t);
   mrl_tensor_free(m->adam_m_t);

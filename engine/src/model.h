@@ -8,6 +8,8 @@
 
 enum { MRL_PARAM_NAME_CAP = 96 };
 
+typedef struct mrl_activations mrl_activations;
+
 /* One named parameter: a row-major block of the flat buffers. Matrices are stored as Hugging Face
  * stores them, (out_features, in_features), so a projection is y = x W^T. */
 typedef struct {
@@ -23,6 +25,28 @@ typedef struct {
 typedef struct {
   int64_t attn_norm, wq, wk, wv, bq, bk, bv, q_norm, k_norm, wo, mlp_norm, w_gate, w_up, w_down;
 } mrl_layer_params;
+
+/* Scratch buffers that grow to the largest request and are kept for the next pass (no
+ * allocation per step once warm). */
+typedef enum {
+  SCRATCH_XN,     /* normalised projection inputs, n x dim */
+  SCRATCH_HIDDEN, /* MLP hidden activation, n x ffn */
+  SCRATCH_HEAD,   /* a block of logits */
+  SCRATCH_DX,     /* gradient of the residual stream */
+  SCRATCH_DMID,
+  SCRATCH_DXN,
+  SCRATCH_DQKV,
+  SCRATCH_DATTN,
+  SCRATCH_DGATE,
+  SCRATCH_DUP,
+  SCRATCH_DPROBS,
+  SCRATCH_COUNT
+} mrl_scratch_slot;
+
+typedef struct {
+  float *p;
+  int64_t cap; /* floats */
+} mrl_scratch;
 
 struct mrl_model {
   mrl_engine *engine;
@@ -44,8 +68,40 @@ struct mrl_model {
 
   float *rope_cos, *rope_sin; /* (ctx, head_dim / 2) tables */
 
-  struct mrl_activations *act; /* training activations for the last forward (model_forward.c) */
+  mrl_activations *act; /* what the last forward kept (model_forward.c) */
+  mrl_scratch scratch[SCRATCH_COUNT];
 };
+
+/* What a forward pass keeps for the backward pass, for a batch of `batch` x `steps` tokens
+ * (n = batch * steps rows). Buffers grow to the largest batch seen and are reused. Per layer l:
+ * the residual input x[l], its RMSNorm scale, q/k/v after RoPE (and before the q/k norms when
+ * the config has them), attention probabilities, the attention output, the residual after
+ * attention, its RMSNorm scale, and the MLP's gate and up projections. The normalised inputs of
+ * the projections and the MLP's hidden activation are recomputed in the backward pass. */
+struct mrl_activations {
+  int batch, steps;
+  int64_t rows_cap, probs_cap; /* sizes the buffers were allocated for */
+  bool valid;                  /* a forward ran and no weight changed since */
+  int32_t *tokens, *lengths;   /* copies of the batch */
+  float *x;           /* (layers + 1) x n x dim: residual stream; x[layers] feeds the final norm */
+  float *rstd_attn;   /* layers x n */
+  float *qkv;         /* layers x n x (q_dim + 2 kv_dim): q | k | v per row, after RoPE */
+  float *qk_pre;      /* layers x n x (q_dim + kv_dim): q | k before their norms (qk_norm) */
+  float *rstd_qk;     /* layers x n x (heads + kv_heads) (qk_norm) */
+  float *probs;       /* layers x batch x heads x steps x steps */
+  float *attn;        /* layers x n x q_dim: attention output, input of o_proj */
+  float *x_mid;       /* layers x n x dim: residual after attention */
+  float *rstd_mlp;    /* layers x n */
+  float *gate, *up;   /* layers x n x ffn each */
+  float *rstd_final;  /* n */
+  float *xf;          /* n x dim: final normalised hidden states, input of the LM head */
+};
+
+enum { MRL_HEAD_BLOCK = 64 }; /* rows of logits the LM head computes at a time */
+
+/* Row-major C = alpha op(A) op(B) + beta C through OpenBLAS (or the reference kernel). */
+void mrl__gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const float *a,
+               int64_t lda, const float *b, int64_t ldb, float beta, float *c, int64_t ldc);
 
 /* Index of the parameter with this Hugging Face name, or -1. */
 int mrl__model_find_param(const mrl_model *m, const char *name);
@@ -59,7 +115,19 @@ mrl_status mrl__model_check_config(mrl_engine *e, const char *fn, const mrl_mode
 mrl_status mrl__model_alloc(mrl_engine *e, const char *fn, const mrl_model_config *cfg,
                             mrl_model **out);
 
+/* A scratch buffer of at least `floats` floats (contents undefined), or NULL when out of
+ * memory. */
+float *mrl__model_scratch(mrl_model *m, mrl_scratch_slot slot, int64_t floats);
+
 /* Frees the activations kept for backward (model_forward.c). */
 void mrl__model_free_activations(mrl_model *m);
+
+/* model_forward.c pieces the backward pass and the KV cache reuse. */
+void mrl__rmsnorm_apply(float *out, const float *rstd, const float *x, const float *w, int64_t n,
+                        int64_t d);
+void mrl__rope(float *v, int heads, int hd, const float *cos_t, const float *sin_t, float sign);
+mrl_status mrl__model_check_head(mrl_model *m, const char *fn, const int32_t *targets);
+void mrl__model_head_logits(mrl_model *m, float *out, int64_t r0, int64_t rows);
+void mrl__row_stats(const float *z, int64_t V, float *lse, float *entropy);
 
 #endif /* MRL_MODEL_H */

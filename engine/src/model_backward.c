@@ -1,0 +1,293 @@
+/* model_backward.c - the backward pass of the decoder (gradients of every parameter, added to
+ * the gradient buffer), gradient clipping, AdamW and learning-rate schedules. */
+#include "model.h"
+
+#include <math.h>
+#include <string.h>
+
+/* ---- kernels ---- */
+
+/* RMSNorm y = x r w backward for n rows of d: dx (n, d) = or += (when accumulate) the input
+ * gradient, dw (d) += the weight gradient. dy (n, d), x (n, d), rstd (n). */
+static void rmsnorm_backward(float *dx, float *dw, const float *dy, const float *x,
+                             const float *rstd, const float *w, int64_t n, int64_t d,
+                             bool accumulate) {
+  for (int64_t i = 0; i < n; i++) {
+    const float *dyi = dy + i * d, *xi = x + i * d;
+    float r = rstd[i];
+    double dot = 0.0; /* sum_j dy_j w_j x_j */
+    for (int64_t j = 0; j < d; j++) {
+      dot += (double)dyi[j] * w[j] * xi[j];
+      dw[j] += dyi[j] * xi[j] * r;
+    }
+    float coef = (float)(dot * r * r * r / (double)d);
+    float *dxi = dx + i * d;
+    for (int64_t j = 0; j < d; j++) {
+      float g = dyi[j] * w[j] * r - xi[j] * coef;
+      dxi[j] = accumulate ? dxi[j] + g : g;
+    }
+  }
+}
+
+/* Attention backward of one layer for sequence b, all heads. dattn (T rows, q_dim) is the
+ * gradient of the attention output; writes dq and adds dk, dv into dqkv (rows of q|k|v). */
+static void attention_backward(mrl_model *m, float *dqkv, float *dprobs, const float *dattn,
+                               const float *qkv, const float *probs, int b, int T, int len) {
+  const mrl_model_config *c = &m->cfg;
+  int hd = m->head_dim, group = c->heads / c->kv_heads;
+  int64_t stride = m->q_dim + 2 * (int64_t)m->kv_dim;
+  const float *rows = qkv + (int64_t)b * T * stride;
+  float *drows = dqkv + (int64_t)b * T * stride;
+  float scale = 1.0f / sqrtf((float)hd);
+  for (int h = 0; h < c->heads; h++) {
+    int g = h / group;
+    const float *q = rows + (int64_t)h * hd;
+    const float *k = rows + m->q_dim + (int64_t)g * hd;
+    const float *v = rows + m->q_dim + m->kv_dim + (int64_t)g * hd;
+    float *dq = drows + (int64_t)h * hd;
+    float *dk = drows + m->q_dim + (int64_t)g * hd;
+    float *dv = drows + m->q_dim + m->kv_dim + (int64_t)g * hd;
+    const float *p = probs + (int64_t)h * T * T;
+    const float *dout = dattn + (int64_t)b * T * m->q_dim + (int64_t)h * hd;
+    /* out = P V: dP = dout V^T, dV += P^T dout */
+    mrl__gemm(false, true, len, len, hd, 1.0f, dout, m->q_dim, v, stride, 0.0f, dprobs, T);
+    mrl__gemm(true, false, len, hd, len, 1.0f, p, T, dout, m->q_dim, 1.0f, dv, stride);
+    /* softmax backward over each causal row: dS = P * (dP - sum_s P dP), times the scale */
+    for (int t = 0; t < len; t++) {
+      const float *pr = p + (int64_t)t * T;
+      float *dr = dprobs + (int64_t)t * T;
+      double dot = 0.0;
+      for (int s = 0; s <= t; s++) dot += (double)pr[s] * dr[s];
+      for (int s = 0; s <= t; s++) dr[s] = pr[s] * (dr[s] - (float)dot) * scale;
+      for (int s = t + 1; s < len; s++) dr[s] = 0.0f;
+    }
+    /* S = q k^T: dq = dS k, dk += dS^T q */
+    mrl__gemm(false, false, len, hd, len, 1.0f, dprobs, T, k, stride, 0.0f, dq, stride);
+    mrl__gemm(true, false, len, hd, len, 1.0f, dprobs, T, q, stride, 1.0f, dk, stride);
+  }
+}
+
+/* dW (out, in) += dY^T X and dX (n, in) (+)= dY W, for Y = X W^T with n rows. */
+static void linear_backward(float *dx, float *dw, const float *dy, const float *x, const float *w,
+                            int64_t n, int64_t in, int64_t out, int64_t ldx, int64_t lddy,
+                            bool accumulate_dx) {
+  mrl__gemm(true, false, out, in, n, 1.0f, dy, lddy, x, ldx, 1.0f, dw, in);
+  mrl__gemm(false, false, n, in, out, 1.0f, dy, lddy, w, in, accumulate_dx ? 1.0f : 0.0f, dx, ldx);
+}
+
+/* ---- LM head backward: d logits block by block, into dW_head and dxf ---- */
+
+static mrl_status head_backward(mrl_model *m, const char *fn, float *dxf, const int32_t *targets,
+                                const float *dlogprobs, const float *dentropy) {
+  int64_t n = (int64_t)m->act->batch * m->act->steps, V = m->cfg.vocab, D = m->cfg.dim;
+  float *block = mrl__model_scratch(m, SCRATCH_HEAD, MRL_HEAD_BLOCK * V);
+  if (!block) return mrl__fail(m->engine, MRL_ERR_NOMEM, fn, "cannot allocate logits");
+  for (int64_t r0 = 0; r0 < n; r0 += MRL_HEAD_BLOCK) {
+    int64_t rows = n - r0 < MRL_HEAD_BLOCK ? n - r0 : MRL_HEAD_BLOCK;
+    mrl__model_head_logits(m, block, r0, rows);
+    for (int64_t i = 0; i < rows; i++) {
+      float *z = block + i * V;
+      int32_t tgt = targets[r0 + i];
+      float g = dlogprobs && tgt >= 0 ? dlogprobs[r0 + i] : 0.0f;
+      float gh = dentropy && tgt >= 0 ? dentropy[r0 + i] : 0.0f;
+      if (g == 0.0f && gh == 0.0f) {
+        memset(z, 0, sizeof(float) * (size_t)V);
+        continue;
+      }
+      float lse, ent;
+      mrl__row_stats(z, V, &lse, &ent);
+      /* d logp / dz_j = 1[j = target] - p_j;  d H / dz_j = -p_j (log p_j + H) */
+      for (int64_t j = 0; j < V; j++) {
+        float logp = z[j] - lse, p = expf(logp);
+        z[j] = -g * p - gh * p * (logp + ent);
+      }
+      z[tgt] += g;
+    }
+    mrl__gemm(true, false, V, D, rows, 1.0f, block, V, m->act->xf + r0 * D, D, 1.0f,
+              m->grads + m->lm_head, D);
+    mrl__gemm(false, false, rows, D, V, 1.0f, block, V, m->weights + m->lm_head, D, 0.0f,
+              dxf + r0 * D, D);
+  }
+  return MRL_OK;
+}
+
+mrl_status mrl_model_backward(mrl_model *m, const int32_t *targets, const float *dlogprobs,
+                              const float *dentropy) {
+  const char *fn = "mrl_model_backward";
+  if (!m) return MRL_ERR_NULL;
+  mrl_status st = mrl__model_check_head(m, fn, targets);
+  if (st) return st;
+  const mrl_model_config *c = &m->cfg;
+  mrl_activations *a = m->act;
+  int B = a->batch, T = a->steps;
+  int64_t n = (int64_t)B * T, D = c->dim, F = c->ffn;
+  int64_t qkv_w = m->q_dim + 2 * (int64_t)m->kv_dim, qk_w = m->q_dim + (int64_t)m->kv_dim;
+  int64_t probs_per_layer = (int64_t)B * c->heads * T * T;
+  float *dx = mrl__model_scratch(m, SCRATCH_DX, n * D);
+  float *dmid = mrl__model_scratch(m, SCRATCH_DMID, n * D);
+  float *dxn = mrl__model_scratch(m, SCRATCH_DXN, n * D);
+  float *xn = mrl__model_scratch(m, SCRATCH_XN, n * D);
+  float *hidden = mrl__model_scratch(m, SCRATCH_HIDDEN, n * F);
+  float *dqkv = mrl__model_scratch(m, SCRATCH_DQKV, n * qkv_w);
+  float *dattn = mrl__model_scratch(m, SCRATCH_DATTN, n * m->q_dim);
+  float *dgate = mrl__model_scratch(m, SCRATCH_DGATE, n * F);
+  float *dup = mrl__model_scratch(m, SCRATCH_DUP, n * F);
+  float *dprobs = mrl__model_scratch(m, SCRATCH_DPROBS, (int64_t)T * T);
+  if (!dx || !dmid || !dxn || !xn || !hidden || !dqkv || !dattn || !dgate || !dup || !dprobs)
+    return mrl__fail(m->engine, MRL_ERR_NOMEM, fn, "cannot allocate gradient buffers");
+  const float *W = m->weights;
+  float *G = m->grads;
+
+  /* LM head, then the final norm */
+  if ((st = head_backward(m, fn, dxn, targets, dlogprobs, dentropy))) return st;
+  rmsnorm_backward(dx, G + m->final_norm, dxn, a->x + (int64_t)c->layers * n * D, a->rstd_final,
+                   W + m->final_norm, n, D, false);
+
+  int half = m->head_dim / 2;
+  for (int l = c->layers - 1; l >= 0; l--) {
+    const mrl_layer_params *P = &m->layer[l];
+    const float *x = a->x + l * n * D, *x_mid = a->x_mid + l * n * D;
+    const float *qkv = a->qkv + l * n * qkv_w, *attn = a->attn + l * n * m->q_dim;
+    const float *gate = a->gate + l * n * F, *up = a->up + l * n * F;
+
+    /* MLP: x_next = x_mid + (silu(gate) * up) Wd^T, with dx = d x_next */
+    for (int64_t i = 0; i < n * F; i++) {
+      float g = gate[i];
+      hidden[i] = g / (1.0f + expf(-g)) * up[i];
+    }
+    linear_backward(dgate, G + P->w_down, dx, hidden, W + P->w_down, n, F, D, F, D, false);
+    for (int64_t i = 0; i < n * F; i++) { /* dgate holds d hidden */
+      float g = gate[i], sg = 1.0f / (1.0f + expf(-g)), dh = dgate[i];
+      dup[i] = dh * g * sg;
+      dgate[i] = dh * up[i] * sg * (1.0f + g * (1.0f - sg));
+    }
+    mrl__rmsnorm_apply(xn, a->rstd_mlp + l * n, x_mid, W + P->mlp_norm, n, D);
+    linear_backward(dxn, G + P->w_gate, dgate, xn, W + P->w_gate, n, D, F, D, F, false);
+    linear_backward(dxn, G + P->w_up, dup, xn, W + P->w_up, n, D, F, D, F, true);
+    memcpy(dmid, dx, sizeof(float) * (size_t)(n * D));
+    rmsnorm_backward(dmid, G + P->mlp_norm, dxn, x_mid, a->rstd_mlp + l * n, W + P->mlp_norm, n,
+                     D, true);
+
+    /* attention: x_mid = x + attn Wo^T */
+    linear_backward(dattn, G + P->wo, dmid, attn, W + P->wo, n, m->q_dim, D, m->q_dim, D, false);
+    memset(dqkv, 0, sizeof(float) * (size_t)(n * qkv_w));
+    for (int b = 0; b < B; b++)
+      attention_backward(m, dqkv, dprobs, dattn, qkv, a->probs + l * probs_per_layer +
+                                                          (int64_t)b * c->heads * T * T,
+                         b, T, a->lengths[b]);
+    for (int64_t i = 0; i < n; i++) {
+      float *row = dqkv + i * qkv_w;
+      int64_t pos = i % T;
+      const float *cs = m->rope_cos + pos * half, *sn = m->rope_sin + pos * half;
+      mrl__rope(row, c->heads, m->head_dim, cs, sn, -1.0f);
+      mrl__rope(row + m->q_dim, c->kv_heads, m->head_dim, cs, sn, -1.0f);
+      if (c->qk_norm) {
+        /* the row holds dq for the query heads, then dk for the key heads: one head norm each
+         * (rmsnorm_backward may write its input gradient over its output gradient) */
+        const float *pre = a->qk_pre + (l * n + i) * qk_w;
+        const float *rs = a->rstd_qk + (l * n + i) * (c->heads + c->kv_heads);
+        for (int h = 0; h < c->heads + c->kv_heads; h++) {
+          int64_t norm = h < c->heads ? P->q_norm : P->k_norm;
+          float *d = row + (int64_t)h * m->head_dim;
+          rmsnorm_backward(d, G + norm, d, pre + (int64_t)h * m->head_dim, rs + h, W + norm, 1,
+                           m->head_dim, false);
+        }
+      }
+      if (c->qkv_bias) {
+        for (int j = 0; j < m->q_dim; j++) G[P->bq + j] += row[j];
+        for (int j = 0; j < m->kv_dim; j++) G[P->bk + j] += row[m->q_dim + j];
+        for (int j = 0; j < m->kv_dim; j++) G[P->bv + j] += row[m->q_dim + m->kv_dim + j];
+      }
+    }
+    mrl__rmsnorm_apply(xn, a->rstd_attn + l * n, x, W + P->attn_norm, n, D);
+    linear_backward(dxn, G + P->wq, dqkv, xn, W + P->wq, n, D, m->q_dim, D, qkv_w, false);
+    linear_backward(dxn, G + P->wk, dqkv + m->q_dim, xn, W + P->wk, n, D, m->kv_dim, D, qkv_w,
+                    true);
+    linear_backward(dxn, G + P->wv, dqkv + m->q_dim + m->kv_dim, xn, W + P->wv, n, D, m->kv_dim,
+                    D, qkv_w, true);
+    memcpy(dx, dmid, sizeof(float) * (size_t)(n * D));
+    rmsnorm_backward(dx, G + P->attn_norm, dxn, x, a->rstd_attn + l * n, W + P->attn_norm, n, D,
+                     true);
+  }
+  /* embedding rows of the real tokens */
+  for (int b = 0; b < B; b++)
+    for (int t = 0; t < a->lengths[b]; t++) {
+      int64_t i = (int64_t)b * T + t;
+      float *ge = G + m->embed + (int64_t)a->tokens[i] * D;
+      for (int64_t j = 0; j < D; j++) ge[j] += dx[i * D + j];
+    }
+  return MRL_OK;
+}
+
+/* ---- gradients and the optimizer ---- */
+
+mrl_status mrl_model_zero_grad(mrl_model *m) {
+  if (!m) return MRL_ERR_NULL;
+  memset(m->grads, 0, sizeof(float) * (size_t)m->numel);
+  return MRL_OK;
+}
+
+mrl_status mrl_model_clip_grad(mrl_model *m, double max_norm, double *norm) {
+  if (!m) return MRL_ERR_NULL;
+  if (!(max_norm >= 0.0))
+    return mrl__fail(m->engine, MRL_ERR_INVALID, "mrl_model_clip_grad",
+                     "max_norm must be >= 0, got %g", max_norm);
+  double ss = 0.0;
+  for (int64_t i = 0; i < m->numel; i++) ss += (double)m->grads[i] * m->grads[i];
+  double total = sqrt(ss);
+  if (norm) *norm = total;
+  if (max_norm > 0.0 && total > max_norm) {
+    float s = (float)(max_norm / (total + 1e-6));
+    for (int64_t i = 0; i < m->numel; i++) m->grads[i] *= s;
+  }
+  return MRL_OK;
+}
+
+mrl_status mrl_model_adamw_step(mrl_model *m, const mrl_adamw *opt) {
+  const char *fn = "mrl_model_adamw_step";
+  if (!m) return MRL_ERR_NULL;
+  if (!opt) return mrl__fail(m->engine, MRL_ERR_NULL, fn, "opt is NULL");
+  if (!(opt->lr >= 0.0f) || !(opt->beta1 >= 0.0f && opt->beta1 < 1.0f) ||
+      !(opt->beta2 >= 0.0f && opt->beta2 < 1.0f) || !(opt->eps > 0.0f) ||
+      !(opt->weight_decay >= 0.0f))
+    return mrl__fail(m->engine, MRL_ERR_INVALID, fn,
+                     "need lr >= 0, 0 <= beta1, beta2 < 1, eps > 0, weight_decay >= 0");
+  if (!m->adam_m) {
+    mrl_status st;
+    if ((st = mrl__tensor_alloc(m->engine, fn, 1, &m->numel, &m->adam_m_t))) return st;
+    if ((st = mrl__tensor_alloc(m->engine, fn, 1, &m->numel, &m->adam_v_t))) {
+      mrl_tensor_free(m->adam_m_t);
+      m->adam_m_t = NULL;
+      return st;
+    }
+    m->adam_m = m->adam_m_t->data;
+    m->adam_v = m->adam_v_t->data;
+  }
+  m->adam_step++;
+  double t = (double)m->adam_step;
+  float bc1 = (float)(1.0 - pow(opt->beta1, t)), bc2 = (float)(1.0 - pow(opt->beta2, t));
+  float step_size = opt->lr / bc1, bc2_sqrt = sqrtf(bc2);
+  for (int i = 0; i < m->nparams; i++) {
+    const mrl_param *p = &m->params[i];
+    float decay = p->decay ? 1.0f - opt->lr * opt->weight_decay : 1.0f;
+    float *w = m->weights + p->offset, *g = m->grads + p->offset;
+    float *mo = m->adam_m + p->offset, *vo = m->adam_v + p->offset;
+    for (int64_t k = 0; k < p->numel; k++) {
+      mo[k] = opt->beta1 * mo[k] + (1.0f - opt->beta1) * g[k];
+      vo[k] = opt->beta2 * vo[k] + (1.0f - opt->beta2) * g[k] * g[k];
+      w[k] = w[k] * decay - step_size * mo[k] / (sqrtf(vo[k]) / bc2_sqrt + opt->eps);
+    }
+  }
+  if (m->act) m->act->valid = false; /* the kept activations belong to the old weights */
+  return MRL_OK;
+}
+
+double mrl_lr_at(mrl_lr_schedule kind, int64_t step, int64_t total, int64_t warmup, double base,
+                 double min_lr) {
+  if (step < 0) step = 0;
+  if (warmup > 0 && step < warmup) return base * (double)(step + 1) / (double)warmup;
+  if (kind != MRL_LR_COSINE || total <= warmup) return base;
+  double progress = (double)(step - warmup) / (double)(total - warmup);
+  if (progress > 1.0) progress = 1.0;
+  return min_lr + 0.5 * (base - min_lr) * (1.0 + cos(3.14159265358979323846 * progress));
+}
