@@ -1,0 +1,410 @@
+/* kv_cache.c - incremental decoding: a key/value cache for many sequences, batched appends of
+ * ragged token runs (prompts, sampled tokens, observations), and sampling (temperature, top-k,
+ * top-p, min-p, greedy) with one random stream per sequence. */
+#include "model.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct mrl_kv_cache {
+  mrl_model *model;
+  int slots, capacity;
+  float *keys, *values;  /* layers x slots x capacity x kv_dim each */
+  int *length;           /* tokens held per slot */
+  bool *has_logits;      /* the slot's logits are those after its last token */
+  float *logits;         /* slots x vocab */
+  struct mrl_rng *rng;   /* one stream per slot */
+  /* per-append scratch, grown to the largest append */
+  int64_t rows_cap;
+  float *x, *xn, *qkv, *attn, *gate, *up, *scores;
+  int *row_slot, *row_pos;
+  int64_t scores_cap;
+  /* sampling scratch: vocab-sized */
+  float *probs;
+  struct candidate *order;
+};
+
+/* A token and its (unnormalised) probability, for sorting candidates. */
+struct candidate {
+  float p;
+  int32_t id;
+};
+
+static int64_t cache_floats(const mrl_kv_cache *c) {
+  const mrl_model *m = c->model;
+  return (int64_t)m->cfg.layers * c->slots * c->capacity * m->kv_dim;
+}
+
+static void free_rows(mrl_kv_cache *c) {
+  mrl_engine *e = c->model->engine;
+  const mrl_model *m = c->model;
+  int64_t R = c->rows_cap, qkv_w = m->q_dim + 2 * (int64_t)m->kv_dim;
+  mrl__free(e, c->x, sizeof(float) * (size_t)(R * m->cfg.dim));
+  mrl__free(e, c->xn, sizeof(float) * (size_t)(R * m->cfg.dim));
+  mrl__free(e, c->qkv, sizeof(float) * (size_t)(R * qkv_w));
+  mrl__free(e, c->attn, sizeof(float) * (size_t)(R * m->q_dim));
+  mrl__free(e, c->gate, sizeof(float) * (size_t)(R * m->cfg.ffn));
+  mrl__free(e, c->up, sizeof(float) * (size_t)(R * m->cfg.ffn));
+  mrl__free(e, c->row_slot, sizeof(int) * (size_t)R);
+  mrl__free(e, c->row_pos, sizeof(int) * (size_t)R);
+  mrl__free(e, c->scores, sizeof(float) * (size_t)c->scores_cap);
+  c->x = c->xn = c->qkv = c->attn = c->gate = c->up = c->scores = NULL;
+  c->row_slot = c->row_pos = NULL;
+  c->rows_cap = c->scores_cap = 0;
+}
+
+static bool grow_rows(mrl_kv_cache *c, int64_t R) {
+  if (R <= c->rows_cap) return true;
+  free_rows(c);
+  mrl_engine *e = c->model->engine;
+  const mrl_model *m = c->model;
+  int64_t qkv_w = m->q_dim + 2 * (int64_t)m->kv_dim;
+  c->rows_cap = R;
+  c->scores_cap = (int64_t)c->capacity * c->capacity;
+  c->x = mrl__alloc(e, sizeof(float) * (size_t)(R * m->cfg.dim));
+  c->xn = mrl__alloc(e, sizeof(float) * (size_t)(R * m->cfg.dim));
+  c->qkv = mrl__alloc(e, sizeof(float) * (size_t)(R * qkv_w));
+  c->attn = mrl__alloc(e, sizeof(float) * (size_t)(R * m->q_dim));
+  c->gate = mrl__alloc(e, sizeof(float) * (size_t)(R * m->cfg.ffn));
+  c->up = mrl__alloc(e, sizeof(float) * (size_t)(R * m->cfg.ffn));
+  c->row_slot = mrl__alloc(e, sizeof(int) * (size_t)R);
+  c->row_pos = mrl__alloc(e, sizeof(int) * (size_t)R);
+  c->scores = mrl__alloc(e, sizeof(float) * (size_t)c->scores_cap);
+  if (c->x && c->xn && c->qkv && c->attn && c->gate && c->up && c->row_slot && c->row_pos &&
+      c->scores)
+    return true;
+  free_rows(c);
+  return false;
+}
+
+void mrl_kv_cache_free(mrl_kv_cache *c) {
+  if (!c) return;
+  mrl_engine *e = c->model->engine;
+  int64_t V = c->model->cfg.vocab;
+  free_rows(c);
+  mrl__free(e, c->keys, sizeof(float) * (size_t)cache_floats(c));
+  mrl__free(e, c->values, sizeof(float) * (size_t)cache_floats(c));
+  mrl__free(e, c->length, sizeof(int) * (size_t)c->slots);
+  mrl__free(e, c->has_logits, sizeof(bool) * (size_t)c->slots);
+  mrl__free(e, c->logits, sizeof(float) * (size_t)(c->slots * V));
+  mrl__free(e, c->rng, sizeof(struct mrl_rng) * (size_t)c->slots);
+  mrl__free(e, c->probs, sizeof(float) * (size_t)V);
+  mrl__free(e, c->order, sizeof(struct candidate) * (size_t)V);
+  mrl__free(e, c, sizeof *c);
+}
+
+mrl_status mrl_kv_cache_new(mrl_model *m, int slots, int capacity, mrl_kv_cache **out) {
+  const char *fn = "mrl_kv_cache_new";
+  if (!m) return MRL_ERR_NULL;
+  mrl_engine *e = m->engine;
+  if (!out) return mrl__fail(e, MRL_ERR_NULL, fn, "out is NULL");
+  if (slots <= 0 || capacity <= 0 || capacity > m->cfg.ctx)
+    return mrl__fail(e, MRL_ERR_INVALID, fn,
+                     "need slots > 0 and 0 < capacity <= ctx (%d), got %d and %d", m->cfg.ctx,
+                     slots, capacity);
+  double floats = (double)m->cfg.layers * slots * capacity * m->kv_dim;
+  if (floats * 2 * sizeof(float) > (double)SIZE_MAX / 4)
+    return mrl__fail(e, MRL_ERR_OVERFLOW, fn, "cache too large");
+  mrl_kv_cache *c = mrl__alloc(e, sizeof *c);
+  if (!c) return mrl__fail(e, MRL_ERR_NOMEM, fn, "cannot allocate a cache");
+  memset(c, 0, sizeof *c);
+  c->model = m;
+  c->slots = slots;
+  c->capacity = capacity;
+  int64_t V = m->cfg.vocab;
+  c->keys = mrl__alloc(e, sizeof(float) * (size_t)cache_floats(c));
+  c->values = mrl__alloc(e, sizeof(float) * (size_t)cache_floats(c));
+  c->length = mrl__alloc(e, sizeof(int) * (size_t)slots);
+  c->has_logits = mrl__alloc(e, sizeof(bool) * (size_t)slots);
+  c->logits = mrl__alloc(e, sizeof(float) * (size_t)(slots * V));
+  c->rng = mrl__alloc(e, sizeof(struct mrl_rng) * (size_t)slots);
+  c->probs = mrl__alloc(e, sizeof(float) * (size_t)V);
+  c->order = mrl__alloc(e, sizeof(struct candidate) * (size_t)V);
+  if (!c->keys || !c->values || !c->length || !c->has_logits || !c->logits || !c->rng ||
+      !c->probs || !c->order) {
+    mrl_kv_cache_free(c);
+    return mrl__fail(e, MRL_ERR_NOMEM, fn, "cannot allocate a cache of %d x %d tokens", slots,
+                     capacity);
+  }
+  for (int s = 0; s < slots; s++) {
+    c->length[s] = 0;
+    c->has_logits[s] = false;
+    mrl__rng_seed(&c->rng[s], (uint64_t)s);
+  }
+  *out = c;
+  return MRL_OK;
+}
+
+static mrl_status check_slot(const mrl_kv_cache *c, const char *fn, int slot) {
+  if (slot < 0 || slot >= c->slots)
+    return mrl__fail(c->model->engine, MRL_ERR_RANGE, fn, "slot %d is outside 0..%d", slot,
+                     c->slots - 1);
+  return MRL_OK;
+}
+
+mrl_status mrl_kv_cache_reset(mrl_kv_cache *c, int slot, uint64_t seed) {
+  if (!c) return MRL_ERR_NULL;
+  mrl_status st = check_slot(c, "mrl_kv_cache_reset", slot);
+  if (st) return st;
+  c->length[slot] = 0;
+  c->has_logits[slot] = false;
+  mrl__rng_seed(&c->rng[slot], seed);
+  return MRL_OK;
+}
+
+int mrl_kv_cache_length(const mrl_kv_cache *c, int slot) {
+  if (!c || slot < 0 || slot >= c->slots) return -1;
+  return c->length[slot];
+}
+
+const float *mrl_kv_cache_logits(const mrl_kv_cache *c, int slot) {
+  if (!c || slot < 0 || slot >= c->slots || !c->has_logits[slot]) return NULL;
+  return c->logits + (int64_t)slot * c->model->cfg.vocab;
+}
+
+/* The key (or value) row of a layer, slot and position in the cache. */
+static float *cache_row(const mrl_kv_cache *c, float *base, int layer, int slot, int pos) {
+  return base + (((int64_t)layer * c->slots + slot) * c->capacity + pos) * c->model->kv_dim;
+}
+
+/* Attention for the `count` appended rows of one slot starting at row r0, all heads. */
+static void run_attention(mrl_kv_cache *c, int layer, int slot, int64_t r0, int count) {
+  const mrl_model *m = c->model;
+  int hd = m->head_dim, group = m->cfg.heads / m->cfg.kv_heads;
+  int64_t qkv_w = m->q_dim + 2 * (int64_t)m->kv_dim;
+  int first = c->row_pos[r0], keys = first + count;
+  float scale = 1.0f / sqrtf((float)hd);
+  const float *K = cache_row(c, c->keys, layer, slot, 0);
+  const float *Vv = cache_row(c, c->values, layer, slot, 0);
+  for (int h = 0; h < m->cfg.heads; h++) {
+    int g = h / group;
+    const float *q = c->qkv + r0 * qkv_w + (int64_t)h * hd;
+    /* scores (count, keys) = q k^T over the slot's cached keys */
+    mrl__gemm(false, true, count, keys, hd, scale, q, qkv_w, K + (int64_t)g * hd, m->kv_dim, 0.0f,
+              c->scores, keys);
+    for (int i = 0; i < count; i++) {
+      float *row = c->scores + (int64_t)i * keys;
+      int last = first + i; /* causal: keys 0..last */
+      float mx = row[0];
+      for (int s = 1; s <= last; s++)
+        if (row[s] > mx) mx = row[s];
+      double sum = 0.0;
+      for (int s = 0; s <= last; s++) {
+        row[s] = expf(row[s] - mx);
+        sum += row[s];
+      }
+      float inv = (float)(1.0 / sum);
+      for (int s = 0; s <= last; s++) row[s] *= inv;
+      for (int s = last + 1; s < keys; s++) row[s] = 0.0f;
+    }
+    mrl__gemm(false, false, count, hd, keys, 1.0f, c->scores, keys, Vv + (int64_t)g * hd,
+              m->kv_dim, 0.0f, c->attn + r0 * m->q_dim + (int64_t)h * hd, m->q_dim);
+  }
+}
+
+static void rmsnorm_rows(float *out, const float *x, const float *w, int64_t n, int64_t d,
+                         float eps) {
+  for (int64_t i = 0; i < n; i++) {
+    double ss = 0.0;
+    for (int64_t j = 0; j < d; j++) ss += (double)x[i * d + j] * x[i * d + j];
+    float r = (float)(1.0 / sqrt(ss / (double)d + (double)eps));
+    for (int64_t j = 0; j < d; j++) out[i * d + j] = x[i * d + j] * r * w[j];
+  }
+}
+
+mrl_status mrl_kv_cache_append(mrl_kv_cache *c, int n, const int *slots, const int32_t *tokens,
+                               const int *counts) {
+  const char *fn = "mrl_kv_cache_append";
+  if (!c) return MRL_ERR_NULL;
+  mrl_model *m = c->model;
+  mrl_engine *e = m->engine;
+  if (n < 0) return mrl__fail(e, MRL_ERR_INVALID, fn, "n is negative");
+  if (n == 0) return MRL_OK;
+  if (!slots || !tokens || !counts)
+    return mrl__fail(e, MRL_ERR_NULL, fn, "%s is NULL",
+                     !slots ? "slots" : !tokens ? "tokens" : "counts");
+  const mrl_model_config *cfg = &m->cfg;
+  int64_t R = 0;
+  for (int i = 0; i < n; i++) {
+    mrl_status st = check_slot(c, fn, slots[i]);
+    if (st) return st;
+    if (counts[i] <= 0)
+      return mrl__fail(e, MRL_ERR_INVALID, fn, "counts[%d] = %d must be positive", i, counts[i]);
+    for (int j = 0; j < i; j++)
+      if (slots[j] == slots[i])
+        return mrl__fail(e, MRL_ERR_INVALID, fn, "slot %d is listed twice", slots[i]);
+    if (counts[i] > c->capacity - c->length[slots[i]])
+      return mrl__fail(e, MRL_ERR_RANGE, fn, "slot %d would hold %d tokens, capacity %d",
+                       slots[i], c->length[slots[i]] + counts[i], c->capacity);
+    for (int k = 0; k < counts[i]; k++)
+      if (tokens[R + k] < 0 || tokens[R + k] >= cfg->vocab)
+        return mrl__fail(e, MRL_ERR_RANGE, fn, "token %d is outside 0..%d", tokens[R + k],
+                         cfg->vocab - 1);
+    R += counts[i];
+  }
+  if (!grow_rows(c, R)) return mrl__fail(e, MRL_ERR_NOMEM, fn, "cannot allocate %lld rows",
+                                         (long long)R);
+  int64_t D = cfg->dim, F = cfg->ffn, qkv_w = m->q_dim + 2 * (int64_t)m->kv_dim;
+  int half = m->head_dim / 2;
+  const float *W = m->weights;
+  for (int i = 0, r = 0; i < n; i++)
+    for (int k = 0; k < counts[i]; k++, r++) {
+      c->row_slot[r] = slots[i];
+      c->row_pos[r] = c->length[slots[i]] + k;
+      memcpy(c->x + (int64_t)r * D, W + m->embed + (int64_t)tokens[r] * D,
+             sizeof(float) * (size_t)D);
+    }
+  for (int l = 0; l < cfg->layers; l++) {
+    const mrl_layer_params *P = &m->layer[l];
+    rmsnorm_rows(c->xn, c->x, W + P->attn_norm, R, D, cfg->norm_eps);
+    mrl__gemm(false, true, R, m->q_dim, D, 1.0f, c->xn, D, W + P->wq, D, 0.0f, c->qkv, qkv_w);
+    mrl__gemm(false, true, R, m->kv_dim, D, 1.0f, c->xn, D, W + P->wk, D, 0.0f,
+              c->qkv + m->q_dim, qkv_w);
+    mrl__gemm(false, true, R, m->kv_dim, D, 1.0f, c->xn, D, W + P->wv, D, 0.0f,
+              c->qkv + m->q_dim + m->kv_dim, qkv_w);
+    for (int64_t r = 0; r < R; r++) {
+      float *row = c->qkv + r * qkv_w;
+      if (cfg->qkv_bias) {
+        for (int j = 0; j < m->q_dim; j++) row[j] += W[P->bq + j];
+        for (int j = 0; j < m->kv_dim; j++) row[m->q_dim + j] += W[P->bk + j];
+        for (int j = 0; j < m->kv_dim; j++) row[m->q_dim + m->kv_dim + j] += W[P->bv + j];
+      }
+      if (cfg->qk_norm) {
+        rmsnorm_rows(row, row, W + P->q_norm, cfg->heads, m->head_dim, cfg->norm_eps);
+        rmsnorm_rows(row + m->q_dim, row + m->q_dim, W + P->k_norm, cfg->kv_heads, m->head_dim,
+                     cfg->norm_eps);
+      }
+      int pos = c->row_pos[r];
+      const float *cs = m->rope_cos + (int64_t)pos * half, *sn = m->rope_sin + (int64_t)pos * half;
+      mrl__rope(row, cfg->heads, m->head_dim, cs, sn, 1.0f);
+      mrl__rope(row + m->q_dim, cfg->kv_heads, m->head_dim, cs, sn, 1.0f);
+      memcpy(cache_row(c, c->keys, l, c->row_slot[r], pos), row + m->q_dim,
+             sizeof(float) * (size_t)m->kv_dim);
+      memcpy(cache_row(c, c->values, l, c->row_slot[r], pos), row + m->q_dim + m->kv_dim,
+             sizeof(float) * (size_t)m->kv_dim);
+    }
+    for (int i = 0, r0 = 0; i < n; r0 += counts[i], i++)
+      run_attention(c, l, slots[i], r0, counts[i]);
+    mrl__gemm(false, true, R, D, m->q_dim, 1.0f, c->attn, m->q_dim, W + P->wo, m->q_dim, 1.0f,
+              c->x, D);
+    rmsnorm_rows(c->xn, c->x, W + P->mlp_norm, R, D, cfg->norm_eps);
+    mrl__gemm(false, true, R, F, D, 1.0f, c->xn, D, W + P->w_gate, D, 0.0f, c->gate, F);
+    mrl__gemm(false, true, R, F, D, 1.0f, c->xn, D, W + P->w_up, D, 0.0f, c->up, F);
+    for (int64_t k = 0; k < R * F; k++) {
+      float g = c->gate[k];
+      c->gate[k] = g / (1.0f + expf(-g)) * c->up[k];
+    }
+    mrl__gemm(false, true, R, D, F, 1.0f, c->gate, F, W + P->w_down, F, 1.0f, c->x, D);
+  }
+  /* logits after the last token of each run; the final norm of those rows goes into xn */
+  int64_t V = cfg->vocab;
+  for (int i = 0, r = 0; i < n; i++) {
+    r += counts[i];
+    rmsnorm_rows(c->xn + (int64_t)i * D, c->x + (int64_t)(r - 1) * D, W + m->final_norm, 1, D,
+                 cfg->norm_eps);
+    c->length[slots[i]] += counts[i];
+  }
+  /* one product for all runs, then each slot's row into place */
+  float *block = mrl__model_scratch(m, SCRATCH_HEAD, (int64_t)n * V);
+  if (!block) return mrl__fail(e, MRL_ERR_NOMEM, fn, "cannot allocate logits");
+  mrl__gemm(false, true, n, V, D, 1.0f, c->xn, D, W + m->lm_head, D, 0.0f, block, V);
+  for (int i = 0; i < n; i++) {
+    memcpy(c->logits + (int64_t)slots[i] * V, block + (int64_t)i * V, sizeof(float) * (size_t)V);
+    c->has_logits[slots[i]] = true;
+  }
+  return MRL_OK;
+}
+
+/* ---- sampling ---- */
+
+static int by_prob_desc(const void *a, const void *b) {
+  const struct candidate *x = a, *y = b;
+  if (x->p != y->p) return x->p < y->p ? 1 : -1;
+  return x->id < y->id ? -1 : 1; /* ties: lower id first, as the greedy choice */
+}
+
+/* Draws one token from logits z (vocab V) and returns it; *logp gets its log-probability under
+ * the temperature-scaled distribution (temperature 1 when greedy). */
+static int32_t sample_one(mrl_kv_cache *c, const float *z, int64_t V, const mrl_sampling *s,
+                          struct mrl_rng *rng, float *logp) {
+  float temp = s->temperature > 0.0f ? s->temperature : 1.0f;
+  float mx = z[0];
+  int32_t best = 0;
+  for (int64_t j = 1; j < V; j++)
+    if (z[j] > mx) {
+      mx = z[j];
+      best = (int32_t)j;
+    }
+  double sum = 0.0;
+  float *p = c->probs;
+  for (int64_t j = 0; j < V; j++) {
+    p[j] = expf((z[j] - mx) / temp);
+    sum += p[j];
+  }
+  float log_sum = (float)log(sum);
+  if (s->temperature <= 0.0f) {
+    *logp = -log_sum; /* z[best] == mx */
+    return best;
+  }
+  /* candidates in descending probability, cut by top-k, top-p and min-p */
+  int64_t n = V;
+  struct candidate *order = c->order;
+  for (int64_t j = 0; j < V; j++) order[j] = (struct candidate){p[j], (int32_t)j};
+  bool top_k = s->top_k > 0 && s->top_k < V, top_p = s->top_p > 0.0f && s->top_p < 1.0f;
+  if (top_k || top_p) {
+    qsort(order, (size_t)V, sizeof *order, by_prob_desc);
+    if (top_k) n = s->top_k;
+    if (top_p) {
+      double mass = 0.0, target = s->top_p * sum;
+      int64_t k = 0;
+      while (k < n && mass < target) mass += order[k++].p;
+      n = k > 0 ? k : 1;
+    }
+  }
+  float floor_p = s->min_p > 0.0f ? s->min_p * p[best] : 0.0f;
+  double kept = 0.0;
+  for (int64_t k = 0; k < n; k++)
+    if (order[k].p >= floor_p) kept += order[k].p;
+  double u = mrl__rng_uniform(rng) * kept, acc = 0.0;
+  int32_t pick = best;
+  for (int64_t k = 0; k < n; k++) {
+    if (order[k].p < floor_p) continue;
+    pick = order[k].id;
+    acc += order[k].p;
+    if (u < acc) break;
+  }
+  *logp = (z[pick] - mx) / temp - log_sum;
+  return pick;
+}
+
+mrl_status mrl_kv_cache_sample(mrl_kv_cache *c, int n, const int *slots,
+                               const mrl_sampling *sampling, int32_t *tokens, float *logprobs) {
+  const char *fn = "mrl_kv_cache_sample";
+  if (!c) return MRL_ERR_NULL;
+  mrl_engine *e = c->model->engine;
+  if (n < 0) return mrl__fail(e, MRL_ERR_INVALID, fn, "n is negative");
+  if (n > 0 && (!slots || !sampling || !tokens))
+    return mrl__fail(e, MRL_ERR_NULL, fn, "%s is NULL",
+                     !slots ? "slots" : !sampling ? "sampling" : "tokens");
+  if (n > 0 && (!(sampling->temperature >= 0.0f) || sampling->top_k < 0 ||
+                !(sampling->top_p >= 0.0f && sampling->top_p <= 1.0f) ||
+                !(sampling->min_p >= 0.0f && sampling->min_p <= 1.0f)))
+    return mrl__fail(e, MRL_ERR_INVALID, fn,
+                     "need temperature >= 0, top_k >= 0, top_p and min_p in [0, 1]");
+  for (int i = 0; i < n; i++) {
+    mrl_status st = check_slot(c, fn, slots[i]);
+    if (st) return st;
+    if (!c->has_logits[slots[i]])
+      return mrl__fail(e, MRL_ERR_INVALID, fn, "slot %d has no tokens to continue from",
+                       slots[i]);
+  }
+  int64_t V = c->model->cfg.vocab;
+  for (int i = 0; i < n; i++) {
+    float lp;
+    tokens[i] = sample_one(c, c->logits + (int64_t)slots[i] * V, V, sampling, &c->rng[slots[i]],
+                           &lp);
+    if (logprobs) logprobs[i] = lp;
+  }
+  return MRL_OK;
+}

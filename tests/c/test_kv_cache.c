@@ -1,0 +1,309 @@
+/* test_kv_cache.c - incremental decoding against the full forward pass (one run, token by token,
+ * ragged batches), and sampling: greedy, seeds per sequence independent of the batch, behaviour
+ * log-probabilities, and the support of top-k / top-p / min-p; argument errors. */
+#include "model.h"
+#include "support.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+enum { VOCAB = 13, CTX = 16 };
+
+static mrl_model *make_model(const char *kind, mrl_engine *e, uint64_t seed) {
+  mrl_model_config c;
+  mrl_model_config_default(&c);
+  c.vocab = VOCAB;
+  c.dim = 16;
+  c.layers = 2;
+  c.heads = 4;
+  c.kv_heads = strcmp(kind, "llama") ? 2 : 4;
+  c.ffn = 24;
+  c.ctx = CTX;
+  c.qkv_bias = !strcmp(kind, "qwen2");
+  c.qk_norm = !strcmp(kind, "qwen3");
+  c.tie_embeddings = !strcmp(kind, "llama");
+  mrl_model *m = NULL;
+  MUST(mrl_model_new(e, &c, seed, &m));
+  struct mrl_rng r;
+  mrl__rng_seed(&r, seed + 100);
+  for (int64_t i = 0; i < m->numel; i++) m->weights[i] += (float)(0.2 * mrl__rng_normal(&r));
+  return m;
+}
+
+static void tokens_of(int32_t *t, int n, uint64_t seed) {
+  struct mrl_rng r;
+  mrl__rng_seed(&r, seed);
+  for (int i = 0; i < n; i++) t[i] = (int32_t)(mrl__rng_u64(&r) % VOCAB);
+}
+
+/* Logits of the full forward pass at every position of one sequence: out (n, VOCAB). */
+static void forward_logits(mrl_model *m, const int32_t *t, int n, float *out) {
+  int32_t len = n;
+  MUST(mrl_model_forward(m, t, &len, 1, n));
+  mrl_tensor *z = NULL;
+  MUST(mrl_model_logits(m, &z));
+  memcpy(out, mrl_tensor_data(z), sizeof(float) * (size_t)(n * VOCAB));
+  mrl_tensor_free(z);
+}
+
+static double max_diff(const float *a, const float *b, int n) {
+  double w = 0.0;
+  for (int i = 0; i < n; i++) w = fmax(w, fabs((double)a[i] - b[i]));
+  return w;
+}
+
+static void check_matches_forward(const char *kind) {
+  mrl_engine *e = new_engine();
+  mrl_model *m = make_model(kind, e, 3);
+  int32_t t[12];
+  tokens_of(t, 12, 5);
+  float full[12 * VOCAB];
+  forward_logits(m, t, 12, full);
+  mrl_kv_cache *c = NULL;
+  MUST(mrl_kv_cache_new(m, 3, CTX, &c));
+  /* slot 0: all at once; slot 1: one token at a time; slot 2: 5 then 4 then 3 */
+  int slot = 0, count = 12;
+  MUST(mrl_kv_cache_append(c, 1, &slot, t, &count));
+  double worst = max_diff(mrl_kv_cache_logits(c, 0), full + 11 * VOCAB, VOCAB);
+  double worst_step = 0.0;
+  for (int i = 0; i < 12; i++) {
+    int s = 1, one = 1;
+    MUST(mrl_kv_cache_append(c, 1, &s, t + i, &one));
+    worst_step = fmax(worst_step, max_diff(mrl_kv_cache_logits(c, 1), full + i * VOCAB, VOCAB));
+  }
+  int parts[3] = {5, 4, 3}, off = 0;
+  for (int k = 0; k < 3; k++) {
+    int s = 2;
+    MUST(mrl_kv_cache_append(c, 1, &s, t + off, &parts[k]));
+    off += parts[k];
+    worst = fmax(worst, max_diff(mrl_kv_cache_logits(c, 2), full + (off - 1) * VOCAB, VOCAB));
+  }
+  check_note("%s: cache vs forward, whole runs %.2e, token by token %.2e", kind, worst,
+             worst_step);
+  CHECK(worst < 1e-5 && worst_step < 1e-5);
+  CHECK(mrl_kv_cache_length(c, 0) == 12 && mrl_kv_cache_length(c, 1) == 12);
+  mrl_kv_cache_free(c);
+  mrl_model_free(m);
+  CHECK(mrl_engine_memory_used(e) == 0);
+  mrl_engine_free(e);
+}
+
+static void test_matches_forward_llama(void) { check_matches_forward("llama"); }
+static void test_matches_forward_qwen2(void) { check_matches_forward("qwen2"); }
+static void test_matches_forward_qwen3(void) { check_matches_forward("qwen3"); }
+
+/* A ragged batch appended at once equals each run appended alone. */
+static void test_ragged_batch(void) {
+  mrl_engine *e = new_engine();
+  mrl_model *m = make_model("qwen2", e, 9);
+  int32_t t[3 + 7 + 1];
+  tokens_of(t, 11, 6);
+  mrl_kv_cache *c = NULL, *alone = NULL;
+  MUST(mrl_kv_cache_new(m, 4, CTX, &c));
+  MUST(mrl_kv_cache_new(m, 1, CTX, &alone));
+  int slots[3] = {3, 0, 2}, counts[3] = {3, 7, 1};
+  MUST(mrl_kv_cache_append(c, 3, slots, t, counts));
+  double worst = 0.0;
+  for (int i = 0, off = 0; i < 3; off += counts[i], i++) {
+    int s = 0;
+    MUST(mrl_kv_cache_reset(alone, 0, 1));
+    MUST(mrl_kv_cache_append(alone, 1, &s, t + off, &counts[i]));
+    worst = fmax(worst, max_diff(mrl_kv_cache_logits(c, slots[i]), mrl_kv_cache_logits(alone, 0),
+                                 VOCAB));
+  }
+  check_note("ragged batch vs alone: max |difference| %.2e", worst);
+  CHECK(worst < 1e-5);
+  CHECK(mrl_kv_cache_logits(c, 1) == NULL); /* never appended */
+  mrl_kv_cache_free(alone);
+  mrl_kv_cache_free(c);
+  mrl_model_free(m);
+  mrl_engine_free(e);
+}
+
+/* Generates `steps` tokens for the listed slots (prompt already appended). */
+static void generate(mrl_kv_cache *c, int n, const int *slots, const mrl_sampling *s, int steps,
+                     int32_t *out, float *logp) {
+  for (int k = 0; k < steps; k++) {
+    int32_t tok[8];
+    float lp[8];
+    MUST(mrl_kv_cache_sample(c, n, slots, s, tok, lp));
+    int ones[8] = {1, 1, 1, 1, 1, 1, 1, 1};
+    MUST(mrl_kv_cache_append(c, n, slots, tok, ones));
+    for (int i = 0; i < n; i++) {
+      out[i * steps + k] = tok[i];
+      if (logp) logp[i * steps + k] = lp[i];
+    }
+  }
+}
+
+static void test_seeded_sampling_independent_of_batch(void) {
+  mrl_engine *e = new_engine();
+  mrl_model *m = make_model("llama", e, 4);
+  mrl_kv_cache *c = NULL;
+  MUST(mrl_kv_cache_new(m, 3, CTX, &c));
+  int32_t prompt[4];
+  tokens_of(prompt, 4, 8);
+  mrl_sampling s = {.temperature = 1.0f, .top_p = 1.0f};
+  int32_t alone[8], together[3 * 8], again[8];
+  float lp_alone[8];
+  /* slot 1 alone with seed 42 */
+  int one = 1, four = 4;
+  MUST(mrl_kv_cache_reset(c, 1, 42));
+  MUST(mrl_kv_cache_append(c, 1, &one, prompt, &four));
+  generate(c, 1, &one, &s, 8, alone, lp_alone);
+  /* the same slot and seed with two other sequences in the batch */
+  int slots[3] = {0, 1, 2}, counts[3] = {4, 4, 4};
+  int32_t prompts[12];
+  tokens_of(prompts, 12, 9);
+  memcpy(prompts + 4, prompt, sizeof prompt);
+  for (int i = 0; i < 3; i++) MUST(mrl_kv_cache_reset(c, i, i == 1 ? 42 : 7 + (uint64_t)i));
+  MUST(mrl_kv_cache_append(c, 3, slots, prompts, counts));
+  generate(c, 3, slots, &s, 8, together, NULL);
+  CHECK(memcmp(alone, together + 8, sizeof alone) == 0);
+  /* a different seed gives a different continuation (with 13 tokens, 8 draws) */
+  MUST(mrl_kv_cache_reset(c, 1, 43));
+  MUST(mrl_kv_cache_append(c, 1, &one, prompt, &four));
+  generate(c, 1, &one, &s, 8, again, NULL);
+  CHECK(memcmp(alone, again, sizeof alone) != 0);
+  /* behaviour log-probabilities are the forward pass's log-softmax of the sampled tokens */
+  int32_t seq[12];
+  memcpy(seq, prompt, sizeof prompt);
+  memcpy(seq + 4, alone, sizeof alone);
+  int32_t len = 12, targets[12];
+  float logp[12];
+  for (int i = 0; i < 12; i++) targets[i] = i >= 3 && i < 11 ? seq[i + 1] : -1;
+  MUST(mrl_model_forward(m, seq, &len, 1, 12));
+  MUST(mrl_model_score(m, targets, logp, NULL));
+  double worst = 0.0;
+  for (int k = 0; k < 8; k++) worst = fmax(worst, fabs(logp[3 + k] - lp_alone[k]));
+  check_note("sampled log-probabilities vs a fresh forward: max |difference| %.2e", worst);
+  CHECK(worst < 1e-4);
+  mrl_kv_cache_free(c);
+  mrl_model_free(m);
+  mrl_engine_free(e);
+}
+
+/* Draws many tokens from one state (resetting nothing: sampling does not append) and counts. */
+static void histogram(mrl_kv_cache *c, int slot, const mrl_sampling *s, int draws, int *counts) {
+  memset(counts, 0, sizeof(int) * VOCAB);
+  for (int i = 0; i < draws; i++) {
+    int32_t tok;
+    MUST(mrl_kv_cache_sample(c, 1, &slot, s, &tok, NULL));
+    counts[tok]++;
+  }
+}
+
+static void test_sampling_distributions(void) {
+  mrl_engine *e = new_engine();
+  mrl_model *m = make_model("qwen3", e, 12);
+  mrl_kv_cache *c = NULL;
+  MUST(mrl_kv_cache_new(m, 1, CTX, &c));
+  int32_t prompt[3];
+  tokens_of(prompt, 3, 2);
+  int slot = 0, three = 3;
+  MUST(mrl_kv_cache_append(c, 1, &slot, prompt, &three));
+  const float *z = mrl_kv_cache_logits(c, 0);
+  /* reference probabilities at temperature 0.7, sorted order */
+  double p[VOCAB], mx = z[0], sum = 0.0;
+  int order[VOCAB];
+  for (int j = 1; j < VOCAB; j++) mx = fmax(mx, z[j]);
+  for (int j = 0; j < VOCAB; j++) sum += p[j] = exp((z[j] - mx) / 0.7);
+  for (int j = 0; j < VOCAB; j++) {
+    p[j] /= sum;
+    order[j] = j;
+  }
+  for (int i = 0; i < VOCAB; i++) /* selection sort, descending */
+    for (int j = i + 1; j < VOCAB; j++)
+      if (p[order[j]] > p[order[i]]) {
+        int t = order[i];
+        order[i] = order[j];
+        order[j] = t;
+      }
+  int counts[VOCAB];
+  enum { DRAWS = 20000 };
+  mrl_sampling plain = {.temperature = 0.7f};
+  histogram(c, 0, &plain, DRAWS, counts);
+  double worst = 0.0;
+  for (int j = 0; j < VOCAB; j++) worst = fmax(worst, fabs(counts[j] / (double)DRAWS - p[j]));
+  check_note("temperature 0.7: max |frequency - probability| %.4f over %d draws", worst, DRAWS);
+  CHECK(worst < 0.02);
+
+  mrl_sampling greedy = {.temperature = 0.0f};
+  histogram(c, 0, &greedy, 50, counts);
+  CHECK(counts[order[0]] == 50);
+  mrl_sampling k1 = {.temperature = 1.0f, .top_k = 1};
+  histogram(c, 0, &k1, 50, counts);
+  CHECK(counts[order[0]] == 50);
+
+  mrl_sampling k3 = {.temperature = 0.7f, .top_k = 3};
+  histogram(c, 0, &k3, 2000, counts);
+  int outside = 0;
+  for (int r = 3; r < VOCAB; r++) outside += counts[order[r]];
+  CHECK(outside == 0 && counts[order[0]] > 0 && counts[order[2]] > 0);
+
+  /* top-p: the smallest prefix of the sorted tokens reaching the mass */
+  double mass = 0.0;
+  int keep = 0;
+  while (mass < 0.8) mass += p[order[keep++]];
+  mrl_sampling nucleus = {.temperature = 0.7f, .top_p = 0.8f};
+  histogram(c, 0, &nucleus, 4000, counts);
+  outside = 0;
+  for (int r = keep; r < VOCAB; r++) outside += counts[order[r]];
+  CHECKF(outside == 0 && counts[order[keep - 1]] > 0, "top-p kept %d tokens", keep);
+
+  mrl_sampling minp = {.temperature = 0.7f, .min_p = 0.3f};
+  histogram(c, 0, &minp, 4000, counts);
+  for (int j = 0; j < VOCAB; j++)
+    if (p[j] < 0.3 * p[order[0]]) CHECKF(counts[j] == 0, "min-p let token %d through", j);
+  mrl_kv_cache_free(c);
+  mrl_model_free(m);
+  mrl_engine_free(e);
+}
+
+static void test_errors(void) {
+  mrl_engine *e = new_engine();
+  mrl_model *m = make_model("llama", e, 1);
+  mrl_kv_cache *c = NULL;
+  CHECK_FAILS(e, MRL_ERR_INVALID, "capacity <= ctx", mrl_kv_cache_new(m, 2, CTX + 1, &c));
+  CHECK_FAILS(e, MRL_ERR_INVALID, "slots > 0", mrl_kv_cache_new(m, 0, 4, &c));
+  MUST(mrl_kv_cache_new(m, 2, 4, &c));
+  int32_t t[5] = {1, 2, 3, 4, 5};
+  int slot = 0, five = 5, two = 2, bad_slot = 2;
+  int slots2[2] = {0, 0}, counts2[2] = {1, 1};
+  CHECK_FAILS(e, MRL_ERR_RANGE, "would hold 5 tokens, capacity 4",
+              mrl_kv_cache_append(c, 1, &slot, t, &five));
+  CHECK_FAILS(e, MRL_ERR_RANGE, "slot 2 is outside 0..1",
+              mrl_kv_cache_append(c, 1, &bad_slot, t, &two));
+  CHECK_FAILS(e, MRL_ERR_INVALID, "slot 0 is listed twice",
+              mrl_kv_cache_append(c, 2, slots2, t, counts2));
+  int32_t bad_tok = VOCAB;
+  int one = 1;
+  CHECK_FAILS(e, MRL_ERR_RANGE, "token 13 is outside", mrl_kv_cache_append(c, 1, &slot, &bad_tok, &one));
+  CHECK(mrl_kv_cache_length(c, 0) == 0);
+  mrl_sampling s = {.temperature = 1.0f};
+  int32_t out;
+  CHECK_FAILS(e, MRL_ERR_INVALID, "no tokens to continue from",
+              mrl_kv_cache_sample(c, 1, &slot, &s, &out, NULL));
+  MUST(mrl_kv_cache_append(c, 1, &slot, t, &two));
+  mrl_sampling bad = {.temperature = -1.0f};
+  CHECK_FAILS(e, MRL_ERR_INVALID, "temperature >= 0", mrl_kv_cache_sample(c, 1, &slot, &bad, &out, NULL));
+  CHECK(mrl_kv_cache_length(c, 5) == -1 && mrl_kv_cache_logits(c, 5) == NULL);
+  mrl_kv_cache_free(c);
+  mrl_model_free(m);
+  CHECK(mrl_engine_memory_used(e) == 0);
+  mrl_engine_free(e);
+}
+
+static const test_case tests[] = {
+    {"matches_forward_llama", test_matches_forward_llama},
+    {"matches_forward_qwen2", test_matches_forward_qwen2},
+    {"matches_forward_qwen3", test_matches_forward_qwen3},
+    {"ragged_batch", test_ragged_batch},
+    {"seeded_sampling_independent_of_batch", test_seeded_sampling_independent_of_batch},
+    {"sampling_distributions", test_sampling_distributions},
+    {"errors", test_errors},
+    {NULL, NULL}};
+
+int main(int argc, char **argv) { return check_main(argc, argv, tests); }
