@@ -36,6 +36,9 @@ void mrl__lua_push_tensor(lua_State *L, mrl_tensor *t);
  * otherwise a plain error. The "mrl_xxx: " prefix of the C message is dropped. */
 int mrl__lua_raise(lua_State *L, mrl_engine *e, mrl_status st, int arg);
 
+/* Model class (lua_model.c): pushes the `model` table. */
+void mrl__lua_open_model(lua_State *L);
+
 /* Embedded Lua modules (generated from the files in lua/moonrl/): registers package.preload entries. */
 void mrl__lua_preload_embedded(lua_State *L);
 

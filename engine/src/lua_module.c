@@ -97,7 +97,21 @@ static int l_clock(lua_State *L) {
   return 1;
 }
 
+/* rl.lr_at(schedule, step, total, warmup, base [, min_lr]): the learning rate at a 0-based step
+ * ("constant" or "cosine", linear warmup). */
+static int l_lr_at(lua_State *L) {
+  static const char *const kinds[] = {"constant", "cosine", NULL};
+  int kind = luaL_checkoption(L, 1, NULL, kinds);
+  lua_Integer step = luaL_checkinteger(L, 2), total = luaL_checkinteger(L, 3);
+  lua_Integer warmup = luaL_checkinteger(L, 4);
+  double base = luaL_checknumber(L, 5), min_lr = luaL_optnumber(L, 6, 0.0);
+  lua_pushnumber(L, mrl_lr_at(kind ? MRL_LR_COSINE : MRL_LR_CONSTANT, step, total, warmup, base,
+                              min_lr));
+  return 1;
+}
+
 static const luaL_Reg core_funcs[] = {{"blas_info", l_blas_info},
+                                      {"lr_at", l_lr_at},
                                       {"clock", l_clock},
                                       {"blas_threads", l_blas_threads},
                                       {"seed", l_seed},
@@ -111,5 +125,7 @@ int mrl__lua_open_core(lua_State *L) {
   lua_setfield(L, -2, "version");
   mrl__lua_open_tensor(L);
   lua_setfield(L, -2, "tensor");
+  mrl__lua_open_model(L);
+  lua_setfield(L, -2, "model");
   return 1;
 }

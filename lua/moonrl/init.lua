@@ -6,6 +6,9 @@ local core = require "moonrl.core"
 local rl = {
   version = core.version,   -- engine version string, e.g. "0.1.0"
   tensor = core.tensor,     -- constructors: zeros, ones, full, randn, rand, arange, from, matmul
+  model = core.model,       -- the policy: new{...}, load(dir)
+  sft = require("moonrl.sft").sft, -- supervised fine-tuning with loss masks
+  lr_at = core.lr_at,       -- learning-rate schedules
   blas_info = core.blas_info, -- {core=, threads=, config=, source=, recommended=}
   blas_threads = core.blas_threads,
   seed = core.seed,         -- reseeds the default RNG used by randn/rand without a seed

@@ -1,0 +1,629 @@
+/* lua_model.c - the Lua model class (`rl.model`): create, load and save, configuration,
+ * logits, per-token log-probabilities and entropies, SFT steps (with gradient accumulation),
+ * generation with the KV cache, and parameter views. Token ids are 0-based, as in Hugging Face
+ * files; positions and sequences are 1-based Lua tables. */
+#include "lua_internal.h"
+#include "model.h"
+
+#include <math.h>
+#include <string.h>
+
+#define MODEL_MT "moonrl.model"
+
+typedef struct {
+  mrl_model *m;
+  mrl_kv_cache *cache; /* generation cache, kept between calls and regrown as needed */
+  int cache_slots, cache_capacity;
+} lmodel;
+
+static lmodel *check_lmodel(lua_State *L, int idx) {
+  lmodel *b = luaL_checkudata(L, idx, MODEL_MT);
+  if (!b->m) luaL_argerror(L, idx, "model is closed");
+  return b;
+}
+
+static mrl_model *check_model(lua_State *L, int idx) { return check_lmodel(L, idx)->m; }
+
+static int raise_model(lua_State *L, mrl_model *m, mrl_status st, int arg) {
+  return mrl__lua_raise(L, m->engine, st, arg);
+}
+
+/* ---- tables of options ---- */
+
+static lua_Integer opt_int_field(lua_State *L, int idx, const char *key, lua_Integer dflt) {
+  int type = lua_getfield(L, idx, key);
+  lua_Integer v = dflt;
+  if (type != LUA_TNIL) {
+    int ok;
+    v = lua_tointegerx(L, -1, &ok);
+    if (!ok || type != LUA_TNUMBER)
+      luaL_argerror(L, idx, lua_pushfstring(L, "%s: integer expected, got %s", key,
+                                            luaL_typename(L, -1)));
+  }
+  lua_pop(L, 1);
+  return v;
+}
+
+static double opt_num_field(lua_State *L, int idx, const char *key, double dflt) {
+  int type = lua_getfield(L, idx, key);
+  double v = dflt;
+  if (type != LUA_TNIL) {
+    if (type != LUA_TNUMBER)
+      luaL_argerror(L, idx, lua_pushfstring(L, "%s: number expected, got %s", key,
+                                            luaL_typename(L, -1)));
+    v = lua_tonumber(L, -1);
+  }
+  lua_pop(L, 1);
+  return v;
+}
+
+static int opt_bool_field(lua_State *L, int idx, const char *key, int dflt) {
+  int type = lua_getfield(L, idx, key);
+  int v = dflt;
+  if (type != LUA_TNIL) {
+    if (type != LUA_TBOOLEAN)
+      luaL_argerror(L, idx, lua_pushfstring(L, "%s: boolean expected, got %s", key,
+                                            luaL_typename(L, -1)));
+    v = lua_toboolean(L, -1);
+  }
+  lua_pop(L, 1);
+  return v;
+}
+
+static int positive_int(lua_State *L, int idx, const char *key, lua_Integer v) {
+  if (v <= 0 || v > 0x7fffffff)
+    return luaL_argerror(L, idx, lua_pushfstring(L, "%s: positive integer expected, got %I", key,
+                                                 v));
+  return (int)v;
+}
+
+/* ---- token batches ---- */
+
+/* A batch read from the table of token-id tables at stack index idx (ragged allowed):
+ * right-padded row-major ids, lengths, and the widest length. Errors name argument `arg`.
+ * Memory in userdata left on the stack (two values). */
+typedef struct {
+  int batch, steps;
+  int32_t *tokens, *lengths;
+} token_batch;
+
+static token_batch read_batch(lua_State *L, int idx, int arg, const char *name, int vocab,
+                              int ctx) {
+  token_batch tb = {0, 0, NULL, NULL};
+  if (!lua_istable(L, idx))
+    luaL_argerror(L, arg, lua_pushfstring(L, "%s: table of token-id tables expected, got %s",
+                                          name, luaL_typename(L, idx)));
+  lua_Integer n = luaL_len(L, idx);
+  if (n < 1 || n > 1 << 20)
+    luaL_argerror(L, arg, lua_pushfstring(L, "%s: 1 or more sequences expected", name));
+  tb.batch = (int)n;
+  for (int b = 0; b < tb.batch; b++) {
+    if (lua_geti(L, idx, b + 1) != LUA_TTABLE)
+      luaL_argerror(L, arg, lua_pushfstring(L, "%s[%d]: table of token ids expected, got %s",
+                                            name, b + 1, luaL_typename(L, -1)));
+    lua_Integer len = luaL_len(L, -1);
+    lua_pop(L, 1);
+    if (len < 1 || len > ctx)
+      luaL_argerror(L, arg, lua_pushfstring(L, "%s[%d]: length %I is outside 1..%d (the "
+                                            "model's context)", name, b + 1, len, ctx));
+    if (len > tb.steps) tb.steps = (int)len;
+  }
+  tb.tokens = lua_newuserdatauv(L, sizeof(int32_t) * (size_t)tb.batch * (size_t)tb.steps, 0);
+  tb.lengths = lua_newuserdatauv(L, sizeof(int32_t) * (size_t)tb.batch, 0);
+  for (int b = 0; b < tb.batch; b++) {
+    lua_geti(L, idx, b + 1);
+    int len = (int)luaL_len(L, -1);
+    tb.lengths[b] = len;
+    for (int t = 0; t < tb.steps; t++) {
+      int32_t id = 0;
+      if (t < len) {
+        lua_geti(L, -1, t + 1);
+        int ok;
+        lua_Integer v = lua_tointegerx(L, -1, &ok);
+        if (!ok || lua_type(L, -1) != LUA_TNUMBER || v < 0 || v >= vocab)
+          luaL_argerror(L, arg, lua_pushfstring(L, "%s[%d][%d]: token id in 0..%d expected, "
+                                                "got %s", name, b + 1, t + 1, vocab - 1,
+                                                luaL_tolstring(L, -1, NULL)));
+        lua_pop(L, 1);
+        id = (int32_t)v;
+      }
+      tb.tokens[(int64_t)b * tb.steps + t] = id;
+    }
+    lua_pop(L, 1);
+  }
+  return tb;
+}
+
+/* Next-token targets of a batch (-1 past each sequence), with an optional mask table of the
+ * same shape as the tokens: mask[b][t] true/1 keeps the prediction of token t. Returns the
+ * number of scored positions. Memory in a userdata left on the stack. */
+static int64_t read_targets(lua_State *L, int mask_idx, int arg, const token_batch *tb,
+                            int32_t **out) {
+  int64_t n = (int64_t)tb->batch * tb->steps, scored = 0;
+  int32_t *targets = lua_newuserdatauv(L, sizeof(int32_t) * (size_t)n, 0);
+  bool masked = mask_idx > 0 && !lua_isnil(L, mask_idx);
+  if (masked && !lua_istable(L, mask_idx))
+    luaL_argerror(L, arg, "mask: table of 0/1 tables expected");
+  for (int b = 0; b < tb->batch; b++) {
+    if (masked) lua_geti(L, mask_idx, b + 1);
+    for (int t = 0; t < tb->steps; t++) {
+      int64_t i = (int64_t)b * tb->steps + t;
+      bool keep = t + 1 < tb->lengths[b];
+      if (keep && masked) {
+        if (!lua_istable(L, -1))
+          luaL_argerror(L, arg, lua_pushfstring(L, "mask[%d]: table expected", b + 1));
+        lua_geti(L, -1, t + 2); /* the mask of the predicted token */
+        keep = lua_isboolean(L, -1) ? lua_toboolean(L, -1) : lua_tonumber(L, -1) != 0;
+        lua_pop(L, 1);
+      }
+      targets[i] = keep ? tb->tokens[i + 1] : -1;
+      scored += keep;
+    }
+    if (masked) lua_pop(L, 1);
+  }
+  *out = targets;
+  return scored;
+}
+
+/* ---- construction ---- */
+
+static lmodel *push_model(lua_State *L, mrl_model *m) {
+  lmodel *b = lua_newuserdatauv(L, sizeof *b, 0);
+  memset(b, 0, sizeof *b);
+  b->m = m;
+  luaL_setmetatable(L, MODEL_MT);
+  return b;
+}
+
+/* rl.model.new{arch = "llama"|"qwen2"|"qwen3", vocab=, dim=, layers=, heads=, kv_heads=, ffn=,
+ * ctx=, head_dim=, rope_theta=, norm_eps=, tie=, seed=} */
+static int l_new(lua_State *L) {
+  luaL_checktype(L, 1, LUA_TTABLE);
+  mrl_model_config c;
+  mrl_model_config_default(&c);
+  lua_getfield(L, 1, "arch");
+  const char *arch = luaL_optstring(L, -1, "llama");
+  if (!strcmp(arch, "qwen2")) {
+    c.qkv_bias = 1;
+  } else if (!strcmp(arch, "qwen3")) {
+    c.qk_norm = 1;
+  } else if (strcmp(arch, "llama") != 0) {
+    return luaL_argerror(L, 1, lua_pushfstring(L, "arch: \"llama\", \"qwen2\" or \"qwen3\" "
+                                               "expected, got \"%s\"", arch));
+  }
+  lua_pop(L, 1);
+  c.vocab = positive_int(L, 1, "vocab", opt_int_field(L, 1, "vocab", c.vocab));
+  c.dim = positive_int(L, 1, "dim", opt_int_field(L, 1, "dim", c.dim));
+  c.layers = positive_int(L, 1, "layers", opt_int_field(L, 1, "layers", c.layers));
+  c.heads = positive_int(L, 1, "heads", opt_int_field(L, 1, "heads", c.heads));
+  c.kv_heads = positive_int(L, 1, "kv_heads", opt_int_field(L, 1, "kv_heads", c.heads));
+  c.ffn = positive_int(L, 1, "ffn", opt_int_field(L, 1, "ffn", 3 * c.dim));
+  c.ctx = positive_int(L, 1, "ctx", opt_int_field(L, 1, "ctx", c.ctx));
+  lua_Integer hd = opt_int_field(L, 1, "head_dim", 0);
+  if (hd < 0 || hd > 1 << 16) return luaL_argerror(L, 1, "head_dim: must be >= 0");
+  c.head_dim = (int)hd;
+  c.rope_theta = (float)opt_num_field(L, 1, "rope_theta", c.rope_theta);
+  c.norm_eps = (float)opt_num_field(L, 1, "norm_eps", c.norm_eps);
+  c.tie_embeddings = opt_bool_field(L, 1, "tie", !strcmp(arch, "llama"));
+  c.qkv_bias = opt_bool_field(L, 1, "qkv_bias", c.qkv_bias);
+  c.qk_norm = opt_bool_field(L, 1, "qk_norm", c.qk_norm);
+  lua_Integer seed = opt_int_field(L, 1, "seed", 0);
+  mrl_engine *e = mrl__lua_engine(L);
+  lmodel *b = push_model(L, NULL);
+  mrl_status st = mrl_model_new(e, &c, (uint64_t)seed, &b->m);
+  if (st) return mrl__lua_raise(L, e, st, 1);
+  return 1;
+}
+
+/* rl.model.load(dir) -> model, or nil and a message */
+static int l_load(lua_State *L) {
+  const char *dir = luaL_checkstring(L, 1);
+  mrl_engine *e = mrl__lua_engine(L);
+  lmodel *b = push_model(L, NULL);
+  mrl_status st = mrl_model_load(e, dir, &b->m);
+  if (st) {
+    luaL_pushfail(L);
+    const char *msg = mrl_engine_last_error(e);
+    lua_pushstring(L, *msg ? msg : mrl_strerror(st));
+    mrl_engine_clear_error(e);
+    return 2;
+  }
+  return 1;
+}
+
+/* m:save(dir [, {dtype = "f32"|"bf16"}]) -> true, or nil and a message */
+static int m_save(lua_State *L) {
+  mrl_model *m = check_model(L, 1);
+  const char *dir = luaL_checkstring(L, 2);
+  mrl_dtype dtype = MRL_DTYPE_F32;
+  if (!lua_isnoneornil(L, 3)) {
+    luaL_checktype(L, 3, LUA_TTABLE);
+    lua_getfield(L, 3, "dtype");
+    const char *d = luaL_optstring(L, -1, "f32");
+    if (!strcmp(d, "bf16"))
+      dtype = MRL_DTYPE_BF16;
+    else if (strcmp(d, "f32") != 0)
+      return luaL_argerror(L, 3, "dtype: \"f32\" or \"bf16\" expected");
+    lua_pop(L, 1);
+  }
+  mrl_status st = mrl_model_save(m, dir, dtype);
+  if (st) {
+    luaL_pushfail(L);
+    lua_pushstring(L, mrl_engine_last_error(m->engine));
+    mrl_engine_clear_error(m->engine);
+    return 2;
+  }
+  lua_pushboolean(L, 1);
+  return 1;
+}
+
+static int m_config(lua_State *L) {
+  mrl_model *m = check_model(L, 1);
+  const mrl_model_config *c = &m->cfg;
+  lua_createtable(L, 0, 16);
+  const char *arch = c->qk_norm ? "qwen3" : c->qkv_bias ? "qwen2" : "llama";
+  lua_pushstring(L, arch);
+  lua_setfield(L, -2, "arch");
+#define INT_FIELD(name, value) (lua_pushinteger(L, value), lua_setfield(L, -2, name))
+  INT_FIELD("vocab", c->vocab);
+  INT_FIELD("dim", c->dim);
+  INT_FIELD("layers", c->layers);
+  INT_FIELD("heads", c->heads);
+  INT_FIELD("kv_heads", c->kv_heads);
+  INT_FIELD("head_dim", c->head_dim);
+  INT_FIELD("ffn", c->ffn);
+  INT_FIELD("ctx", c->ctx);
+  INT_FIELD("params", m->numel);
+#undef INT_FIELD
+  lua_pushnumber(L, c->rope_theta);
+  lua_setfield(L, -2, "rope_theta");
+  lua_pushnumber(L, c->norm_eps);
+  lua_setfield(L, -2, "norm_eps");
+  lua_pushboolean(L, c->tie_embeddings);
+  lua_setfield(L, -2, "tie");
+  lua_pushboolean(L, c->qkv_bias);
+  lua_setfield(L, -2, "qkv_bias");
+  lua_pushboolean(L, c->qk_norm);
+  lua_setfield(L, -2, "qk_norm");
+  return 1;
+}
+
+/* ---- scoring ---- */
+
+static void forward_batch(lua_State *L, mrl_model *m, const token_batch *tb) {
+  mrl_status st = mrl_model_forward(m, tb->tokens, tb->lengths, tb->batch, tb->steps);
+  if (st) raise_model(L, m, st, 2);
+}
+
+/* m:logits(tokens) -> tensor (batch, steps, vocab); sequences must have equal lengths */
+static int m_logits(lua_State *L) {
+  mrl_model *m = check_model(L, 1);
+  token_batch tb = read_batch(L, 2, 2, "tokens", m->cfg.vocab, m->cfg.ctx);
+  for (int b = 0; b < tb.batch; b++)
+    if (tb.lengths[b] != tb.steps)
+      return luaL_argerror(L, 2, "tokens: sequences of equal length expected (use logprobs for "
+                                 "ragged batches)");
+  forward_batch(L, m, &tb);
+  mrl_tensor *t = NULL;
+  mrl_status st = mrl_model_logits(m, &t);
+  if (st) return raise_model(L, m, st, 0);
+  mrl__lua_push_tensor(L, t);
+  int64_t kb = mrl_tensor_numel(t) * 4 / 1024;
+  if (kb > 0) lua_gc(L, LUA_GCSTEP, kb > 0x7fffffff ? 0x7fffffff : (int)kb);
+  return 1;
+}
+
+/* Pushes a table of per-sequence tables of values[b][t] for t = 1..lengths[b]-1. */
+static void push_per_token(lua_State *L, const token_batch *tb, const float *values) {
+  lua_createtable(L, tb->batch, 0);
+  for (int b = 0; b < tb->batch; b++) {
+    int n = tb->lengths[b] - 1;
+    lua_createtable(L, n, 0);
+    for (int t = 0; t < n; t++) {
+      lua_pushnumber(L, values[(int64_t)b * tb->steps + t]);
+      lua_rawseti(L, -2, t + 1);
+    }
+    lua_rawseti(L, -2, b + 1);
+  }
+}
+
+/* m:logprobs{tokens = {{...}, ...} [, entropy = true]} -> logprobs [, entropies]: for each
+ * sequence, the log-probability of tokens 2..n given what precedes them (n - 1 values). */
+static int m_logprobs(lua_State *L) {
+  mrl_model *m = check_model(L, 1);
+  luaL_checktype(L, 2, LUA_TTABLE);
+  int want_entropy = opt_bool_field(L, 2, "entropy", 0);
+  lua_getfield(L, 2, "tokens");
+  int tok_idx = lua_gettop(L);
+  token_batch tb = read_batch(L, tok_idx, 2, "tokens", m->cfg.vocab, m->cfg.ctx);
+  int32_t *targets;
+  read_targets(L, 0, 2, &tb, &targets);
+  int64_t n = (int64_t)tb.batch * tb.steps;
+  float *logp = lua_newuserdatauv(L, sizeof(float) * (size_t)n, 0);
+  float *ent = want_entropy ? lua_newuserdatauv(L, sizeof(float) * (size_t)n, 0) : NULL;
+  forward_batch(L, m, &tb);
+  mrl_status st = mrl_model_score(m, targets, logp, ent);
+  if (st) return raise_model(L, m, st, 2);
+  push_per_token(L, &tb, logp);
+  if (!ent) return 1;
+  push_per_token(L, &tb, ent);
+  return 2;
+}
+
+/* ---- training ---- */
+
+/* m:accumulate{tokens=, mask= [, scale = 1]} -> mean loss: adds the gradient of scale * the
+ * mean masked next-token cross-entropy over the batch. */
+static int accumulate(lua_State *L, mrl_model *m, int opts, double *loss, int64_t *count) {
+  double scale = opt_num_field(L, opts, "scale", 1.0);
+  lua_getfield(L, opts, "tokens");
+  int tok_idx = lua_gettop(L);
+  token_batch tb = read_batch(L, tok_idx, opts, "tokens", m->cfg.vocab, m->cfg.ctx);
+  lua_getfield(L, opts, "mask");
+  int mask_idx = lua_gettop(L);
+  int32_t *targets;
+  int64_t scored = read_targets(L, mask_idx, opts, &tb, &targets);
+  int64_t n = (int64_t)tb.batch * tb.steps;
+  float *logp = lua_newuserdatauv(L, sizeof(float) * (size_t)n, 0);
+  float *dlogp = lua_newuserdatauv(L, sizeof(float) * (size_t)n, 0);
+  forward_batch(L, m, &tb);
+  mrl_status st = mrl_model_score(m, targets, logp, NULL);
+  if (st) return raise_model(L, m, st, opts);
+  double total = 0.0;
+  for (int64_t i = 0; i < n; i++) {
+    total -= targets[i] >= 0 ? logp[i] : 0.0;
+    dlogp[i] = targets[i] >= 0 && scored ? (float)(-scale / (double)scored) : 0.0f;
+  }
+  if (scored && (st = mrl_model_backward(m, targets, dlogp, NULL))) return raise_model(L, m, st, 0);
+  *loss = scored ? total / (double)scored : 0.0;
+  *count = scored;
+  return 0;
+}
+
+static int m_accumulate(lua_State *L) {
+  mrl_model *m = check_model(L, 1);
+  luaL_checktype(L, 2, LUA_TTABLE);
+  double loss;
+  int64_t count;
+  accumulate(L, m, 2, &loss, &count);
+  lua_pushnumber(L, loss);
+  lua_pushinteger(L, count);
+  return 2;
+}
+
+/* m:step{lr=, weight_decay = 0, beta1 = 0.9, beta2 = 0.95, eps = 1e-8, clip = 1.0} -> grad norm:
+ * clips, takes an AdamW step and zeroes the gradients. */
+static double optimizer_step(lua_State *L, mrl_model *m, int opts) {
+  mrl_adamw opt;
+  opt.lr = (float)opt_num_field(L, opts, "lr", 1e-3);
+  opt.weight_decay = (float)opt_num_field(L, opts, "weight_decay", 0.0);
+  opt.beta1 = (float)opt_num_field(L, opts, "beta1", 0.9);
+  opt.beta2 = (float)opt_num_field(L, opts, "beta2", 0.95);
+  opt.eps = (float)opt_num_field(L, opts, "eps", 1e-8);
+  double clip = opt_num_field(L, opts, "clip", 1.0), norm = 0.0;
+  mrl_status st = mrl_model_clip_grad(m, clip, &norm);
+  if (st == MRL_OK) st = mrl_model_adamw_step(m, &opt);
+  if (st) raise_model(L, m, st, opts);
+  mrl_model_zero_grad(m);
+  return norm;
+}
+
+static int m_step(lua_State *L) {
+  mrl_model *m = check_model(L, 1);
+  luaL_checktype(L, 2, LUA_TTABLE);
+  lua_pushnumber(L, optimizer_step(L, m, 2));
+  return 1;
+}
+
+/* m:sft_step{tokens=, mask=, lr=, ...} -> {loss=, grad_norm=, tokens=}: one accumulate and one
+ * step on a fresh gradient. */
+static int m_sft_step(lua_State *L) {
+  mrl_model *m = check_model(L, 1);
+  luaL_checktype(L, 2, LUA_TTABLE);
+  mrl_model_zero_grad(m);
+  double loss;
+  int64_t count;
+  accumulate(L, m, 2, &loss, &count);
+  double norm = optimizer_step(L, m, 2);
+  lua_createtable(L, 0, 3);
+  lua_pushnumber(L, loss);
+  lua_setfield(L, -2, "loss");
+  lua_pushnumber(L, norm);
+  lua_setfield(L, -2, "grad_norm");
+  lua_pushinteger(L, count);
+  lua_setfield(L, -2, "tokens");
+  return 1;
+}
+
+/* ---- generation ---- */
+
+static mrl_kv_cache *generation_cache(lua_State *L, lmodel *b, int slots, int capacity) {
+  if (!b->cache || b->cache_slots < slots || b->cache_capacity < capacity) {
+    mrl_kv_cache_free(b->cache);
+    b->cache = NULL;
+    mrl_status st = mrl_kv_cache_new(b->m, slots, capacity, &b->cache);
+    if (st) raise_model(L, b->m, st, 2);
+    b->cache_slots = slots;
+    b->cache_capacity = capacity;
+  }
+  return b->cache;
+}
+
+/* m:generate{prompts = {{ids}, ...}, max_new_tokens = 64, temperature = 1, top_k = 0,
+ * top_p = 1, min_p = 0, seed = 0, stop = {ids}} -> {tokens = {{...}}, logprobs = {{...}},
+ * stop = {"stop"|"length", ...}}. Sequence i samples with seed + i - 1. */
+static int m_generate(lua_State *L) {
+  lmodel *lm = check_lmodel(L, 1);
+  mrl_model *m = lm->m;
+  luaL_checktype(L, 2, LUA_TTABLE);
+  mrl_sampling s;
+  s.temperature = (float)opt_num_field(L, 2, "temperature", 1.0);
+  s.top_k = (int)opt_int_field(L, 2, "top_k", 0);
+  s.top_p = (float)opt_num_field(L, 2, "top_p", 1.0);
+  s.min_p = (float)opt_num_field(L, 2, "min_p", 0.0);
+  lua_Integer max_new = opt_int_field(L, 2, "max_new_tokens", 64);
+  lua_Integer seed = opt_int_field(L, 2, "seed", 0);
+  if (max_new < 1) return luaL_argerror(L, 2, "max_new_tokens: must be >= 1");
+  lua_getfield(L, 2, "prompts");
+  int p_idx = lua_gettop(L);
+  token_batch tb = read_batch(L, p_idx, 2, "prompts", m->cfg.vocab, m->cfg.ctx);
+  /* stop ids */
+  int nstop = 0;
+  int32_t stop[64];
+  if (lua_getfield(L, 2, "stop") == LUA_TTABLE) {
+    lua_Integer k = luaL_len(L, -1);
+    if (k > 64) return luaL_argerror(L, 2, "stop: at most 64 token ids");
+    for (int i = 0; i < k; i++) {
+      lua_geti(L, -1, i + 1);
+      int ok;
+      lua_Integer v = lua_tointegerx(L, -1, &ok);
+      if (!ok || v < 0 || v >= m->cfg.vocab) return luaL_argerror(L, 2, "stop: token ids expected");
+      stop[nstop++] = (int32_t)v;
+      lua_pop(L, 1);
+    }
+  } else if (!lua_isnil(L, -1)) {
+    return luaL_argerror(L, 2, "stop: table of token ids expected");
+  }
+  lua_pop(L, 1);
+  int longest = 0;
+  for (int b = 0; b < tb.batch; b++) longest = tb.lengths[b] > longest ? tb.lengths[b] : longest;
+  int64_t capacity = longest + max_new;
+  if (capacity > m->cfg.ctx) capacity = m->cfg.ctx;
+  mrl_kv_cache *c = generation_cache(L, lm, tb.batch, (int)capacity);
+  int *slots = lua_newuserdatauv(L, sizeof(int) * (size_t)tb.batch * 3, 0);
+  int *counts = slots + tb.batch, *active = slots + 2 * tb.batch;
+  int32_t *compact = lua_newuserdatauv(L, sizeof(int32_t) * (size_t)tb.batch * (size_t)tb.steps, 0);
+  int64_t off = 0;
+  for (int b = 0; b < tb.batch; b++) {
+    mrl_kv_cache_reset(c, b, (uint64_t)(seed + b));
+    slots[b] = b;
+    counts[b] = tb.lengths[b];
+    memcpy(compact + off, tb.tokens + (int64_t)b * tb.steps, sizeof(int32_t) * (size_t)counts[b]);
+    off += counts[b];
+  }
+  mrl_status st = mrl_kv_cache_append(c, tb.batch, slots, compact, counts);
+  if (st) return raise_model(L, m, st, 2);
+  /* results: tokens and logprobs tables per sequence, filled as we go */
+  lua_createtable(L, tb.batch, 0);
+  int out_tok = lua_gettop(L);
+  lua_createtable(L, tb.batch, 0);
+  int out_lp = lua_gettop(L);
+  lua_createtable(L, tb.batch, 0);
+  int out_reason = lua_gettop(L);
+  for (int b = 0; b < tb.batch; b++) {
+    lua_newtable(L);
+    lua_rawseti(L, out_tok, b + 1);
+    lua_newtable(L);
+    lua_rawseti(L, out_lp, b + 1);
+  }
+  int nactive = tb.batch;
+  for (int b = 0; b < tb.batch; b++) active[b] = b;
+  int32_t *tok = lua_newuserdatauv(L, sizeof(int32_t) * (size_t)tb.batch, 0);
+  float *lp = lua_newuserdatauv(L, sizeof(float) * (size_t)tb.batch, 0);
+  for (lua_Integer step = 0; step < max_new && nactive > 0; step++) {
+    if ((st = mrl_kv_cache_sample(c, nactive, active, &s, tok, lp))) return raise_model(L, m, st, 2);
+    int keep = 0;
+    for (int i = 0; i < nactive; i++) {
+      int b = active[i];
+      lua_rawgeti(L, out_tok, b + 1);
+      lua_pushinteger(L, tok[i]);
+      lua_rawseti(L, -2, (lua_Integer)step + 1);
+      lua_pop(L, 1);
+      lua_rawgeti(L, out_lp, b + 1);
+      lua_pushnumber(L, lp[i]);
+      lua_rawseti(L, -2, (lua_Integer)step + 1);
+      lua_pop(L, 1);
+      bool stopped = false;
+      for (int k = 0; k < nstop; k++) stopped = stopped || tok[i] == stop[k];
+      bool full = mrl_kv_cache_length(c, b) >= capacity;
+      if (stopped || full || step + 1 == max_new) {
+        lua_pushstring(L, stopped ? "stop" : "length");
+        lua_rawseti(L, out_reason, b + 1);
+      } else {
+        active[keep] = b;
+        tok[keep] = tok[i];
+        keep++;
+      }
+    }
+    nactive = keep;
+    if (nactive > 0) {
+      for (int i = 0; i < nactive; i++) counts[i] = 1;
+      if ((st = mrl_kv_cache_append(c, nactive, active, tok, counts))) return raise_model(L, m, st, 2);
+    }
+  }
+  lua_createtable(L, 0, 3);
+  lua_pushvalue(L, out_tok);
+  lua_setfield(L, -2, "tokens");
+  lua_pushvalue(L, out_lp);
+  lua_setfield(L, -2, "logprobs");
+  lua_pushvalue(L, out_reason);
+  lua_setfield(L, -2, "stop");
+  return 1;
+}
+
+/* ---- parameters and lifetime ---- */
+
+/* m:parameters() -> {name = tensor view of the weights, ...} (views keep the memory alive). */
+static int m_parameters(lua_State *L) {
+  mrl_model *m = check_model(L, 1);
+  int want_grads = lua_toboolean(L, 2);
+  lua_createtable(L, 0, m->nparams);
+  for (int i = 0; i < m->nparams; i++) {
+    const char *name;
+    mrl_tensor *w = NULL, *g = NULL;
+    mrl_status st = mrl_model_param(m, i, &name, want_grads ? NULL : &w, want_grads ? &g : NULL);
+    if (st) return raise_model(L, m, st, 0);
+    mrl__lua_push_tensor(L, want_grads ? g : w);
+    lua_setfield(L, -2, name);
+  }
+  return 1;
+}
+
+static int m_gradients(lua_State *L) {
+  lua_settop(L, 1);
+  lua_pushboolean(L, 1);
+  return m_parameters(L);
+}
+
+static int m_free(lua_State *L) {
+  lmodel *b = luaL_checkudata(L, 1, MODEL_MT);
+  mrl_kv_cache_free(b->cache);
+  mrl_model_free(b->m);
+  b->cache = NULL;
+  b->m = NULL;
+  return 0;
+}
+
+static int m_tostring(lua_State *L) {
+  lmodel *b = luaL_checkudata(L, 1, MODEL_MT);
+  if (!b->m) {
+    lua_pushstring(L, "model(closed)");
+    return 1;
+  }
+  const mrl_model_config *c = &b->m->cfg;
+  lua_pushfstring(L, "model(%s, %I parameters: vocab %d, dim %d, layers %d, heads %d/%d, ffn %d, "
+                     "ctx %d)", c->qk_norm ? "qwen3" : c->qkv_bias ? "qwen2" : "llama",
+                  (lua_Integer)b->m->numel, c->vocab, c->dim, c->layers, c->heads, c->kv_heads,
+                  c->ffn, c->ctx);
+  return 1;
+}
+
+static const luaL_Reg model_methods[] = {
+    {"save", m_save},           {"config", m_config},       {"logits", m_logits},
+    {"logprobs", m_logprobs},   {"accumulate", m_accumulate}, {"step", m_step},
+    {"sft_step", m_sft_step},   {"generate", m_generate},   {"parameters", m_parameters},
+    {"gradients", m_gradients}, {"free", m_free},           {NULL, NULL}};
+
+static const luaL_Reg model_meta[] = {
+    {"__gc", m_free}, {"__close", m_free}, {"__tostring", m_tostring}, {NULL, NULL}};
+
+static const luaL_Reg model_funcs[] = {{"new", l_new}, {"load", l_load}, {NULL, NULL}};
+
+void mrl__lua_open_model(lua_State *L) {
+  luaL_newmetatable(L, MODEL_MT);
+  luaL_setfuncs(L, model_meta, 0);
+  luaL_newlib(L, model_methods);
+  lua_setfield(L, -2, "__index");
+  lua_pop(L, 1);
+  luaL_newlib(L, model_funcs);
+}
