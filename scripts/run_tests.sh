@@ -13,6 +13,7 @@ export MOONRL_ROOT="$ROOT" MOONRL_BUILD="$BUILD_ABS" MOONRL_STAGE="$BUILD_ABS/st
 export MOONRL_HISTORY=""           # the REPL keeps no history file unless a test asks for one
 export LUA_PATH="$ROOT/lua/?.lua;$BUILD_ABS/lua/?.lua;;"  # LuaJIT: moonrl.ffi + generated cdef
 export MOONRL_LIB="$BUILD_ABS/libmoonrl.so.0"
+export MOONRL_NPM="$BUILD_ABS/npm"  # the JavaScript tokenizer reference (Makefile installs it)
 if [ "$MODE" = asan ]; then
   # stock interpreters (lua5.4, luajit) loading the sanitized library need the runtime first
   MOONRL_PRELOAD="$(gcc -print-file-name=libasan.so) $(gcc -print-file-name=libubsan.so)"

@@ -437,7 +437,118 @@ MRL_API mrl_status mrl_kv_cache_sample(mrl_kv_cache *c, int n, const int *slots,
 MRL_API const float *mrl_kv_cache_logits(const mrl_kv_cache *c, int slot);
 
 /* ---- tokenizers ----------------------------------------------------------------------------
- * (declarations added by the tokenizer work) */
+ * Text <-> token ids. Two kinds:
+ *   - the byte tokenizer: ids 0..255 are the bytes themselves, then the eight special tokens
+ *     below (vocabulary MRL_BYTE_VOCAB = 264, the size mrl_model_config_default uses);
+ *   - byte-level BPE from a Hugging Face tokenizer.json (GPT-2, Llama-3, Qwen2/Qwen3 style):
+ *     normalizer NFC or none; pre-tokenizer Split with the GPT-2, Llama-3 or Qwen2 regex then
+ *     ByteLevel (or ByteLevel alone); model BPE with a vocabulary and ranked merges ("a b"
+ *     strings or ["a", "b"] pairs, ignore_merges honoured); added tokens (special or not);
+ *     decoder ByteLevel. Anything else (WordPiece, Unigram, byte_fallback, other normalizers,
+ *     pre-tokenizers or split patterns, added tokens with lstrip/rstrip/single_word) is refused
+ *     with MRL_ERR_UNSUPPORTED and a message naming it. The post-processor, truncation and
+ *     padding settings are ignored: encoding never adds BOS/EOS, truncates or pads (the chat
+ *     templates add what a model expects).
+ * Encoding takes any bytes: text need not be valid UTF-8. A byte sequence that is not valid
+ * UTF-8 is kept as it is (when splitting, each maximal invalid subpart counts as one character
+ * that is neither letter, number nor space, like the U+FFFD that would replace it), so decode
+ * gives back the input byte for byte. Added tokens are found in the text before normalization
+ * (or after it, for those marked "normalized"), leftmost-longest first. Token ids are 0-based
+ * in this API and in Lua, as in Hugging Face files.
+ * A tokenizer keeps scratch buffers and a cache of encoded words: like everything made from an
+ * engine it is used by one thread at a time. */
+typedef struct mrl_tokenizer mrl_tokenizer;
+
+enum {
+  MRL_TOKEN_BOS = 256,       /* <|bos|> */
+  MRL_TOKEN_EOS = 257,       /* <|eos|> */
+  MRL_TOKEN_PAD = 258,       /* <|pad|> */
+  MRL_TOKEN_SYSTEM = 259,    /* <|system|> */
+  MRL_TOKEN_USER = 260,      /* <|user|> */
+  MRL_TOKEN_ASSISTANT = 261, /* <|assistant|> */
+  MRL_TOKEN_TOOL = 262,      /* <|tool|> */
+  MRL_TOKEN_END = 263,       /* <|end|> */
+  MRL_BYTE_VOCAB = 264
+};
+
+/* The byte tokenizer. *out: caller owns, mrl_tokenizer_free. */
+MRL_API mrl_status mrl_tokenizer_bytes(mrl_engine *e, mrl_tokenizer **out);
+/* Loads a tokenizer.json file (MRL_ERR_IO when it cannot be read, MRL_ERR_INVALID when it is
+ * malformed, MRL_ERR_UNSUPPORTED for features listed above). *out: caller owns. */
+MRL_API mrl_status mrl_tokenizer_load(mrl_engine *e, const char *path, mrl_tokenizer **out);
+/* The same from the text json[0..len), which is not kept (the caller may free it at once). */
+MRL_API mrl_status mrl_tokenizer_load_json(mrl_engine *e, const char *json, size_t len,
+                                           mrl_tokenizer **out);
+MRL_API void mrl_tokenizer_free(mrl_tokenizer *t);
+
+/* Largest token id + 1 (ids below it may still lack a token in a sparse vocabulary); -1 for
+ * NULL. */
+MRL_API int32_t mrl_tokenizer_vocab_size(const mrl_tokenizer *t);
+
+/* Encoding flags. Without MRL_ENCODE_SPECIAL the text of a special token is plain text (its
+ * bytes are encoded like any other), which is what observations and user content need; added
+ * tokens that are not special are always recognised, as Hugging Face does. */
+enum { MRL_ENCODE_SPECIAL = 1 /* text spelling a special token is that token */ };
+
+/* Encodes text[0..len) (text may be NULL when len is 0). Writes at most cap ids into ids (which
+ * may be NULL when cap is 0); *count receives the total, as snprintf does: call again with a
+ * larger buffer when *count > cap. The total is at most len (every token covers at least one
+ * byte) when the tokenizer has no normalizer or the text is in NFC, and at most 3 * len in any
+ * case (NFC can lengthen text). */
+MRL_API mrl_status mrl_tokenizer_encode(mrl_tokenizer *t, const char *text, size_t len, int flags,
+                                        int32_t *ids, size_t cap, size_t *count);
+
+/* Decodes ids[0..count) to the exact bytes they stand for (special tokens as their text). Writes
+ * at most cap bytes including a terminating NUL into buf (buf may be NULL when cap is 0); *len
+ * receives the full length without the NUL, as snprintf does. The text may contain NUL bytes.
+ * An id without a token fails with MRL_ERR_RANGE. */
+MRL_API mrl_status mrl_tokenizer_decode(mrl_tokenizer *t, const int32_t *ids, size_t count,
+                                        char *buf, size_t cap, size_t *len);
+
+/* The token `id` as the vocabulary spells it (byte-level BPE spells a space "Ġ"; the byte
+ * tokenizer spells byte b as that byte), or NULL when id has no token. Borrowed: valid until
+ * mrl_tokenizer_free; NUL-terminated, and *len (optional) gets the length, which counts any
+ * NUL bytes inside. */
+MRL_API const char *mrl_tokenizer_token(const mrl_tokenizer *t, int32_t id, size_t *len);
+/* The id of the token spelled token[0..len) (added tokens first), or -1 when there is none. */
+MRL_API int32_t mrl_tokenizer_token_id(const mrl_tokenizer *t, const char *token, size_t len);
+
+/* Chat templates, written in C. Message text is encoded as plain text (special-token spellings
+ * in it are not special); the template's own markers are the special tokens.
+ *   MRL_CHAT_ROLES  (byte tokenizer): per message <|role|>content<|end|>, where role is system,
+ *                   user, assistant or tool (another role fails with MRL_ERR_INVALID);
+ *                   generation prompt <|assistant|>. No BOS.
+ *   MRL_CHAT_CHATML (Qwen): per message <|im_start|>role\ncontent<|im_end|>\n; generation prompt
+ *                   <|im_start|>assistant\n. No default system message is added.
+ *   MRL_CHAT_LLAMA3 (Llama 3): <|begin_of_text|>, then per message
+ *                   <|start_header_id|>role<|end_header_id|>\n\ncontent<|eot_id|>; generation
+ *                   prompt <|start_header_id|>assistant<|end_header_id|>\n\n. Content is used
+ *                   as given (the official Jinja template strips surrounding white space).
+ *   MRL_CHAT_AUTO   ROLES for the byte tokenizer, else CHATML when <|im_start|> is a token, else
+ *                   LLAMA3 when <|start_header_id|> is, else MRL_ERR_UNSUPPORTED.
+ * A template whose markers the tokenizer lacks fails with MRL_ERR_UNSUPPORTED. Text between two
+ * markers is encoded as one piece of text, so the ids equal those of encoding the rendered
+ * string with MRL_ENCODE_SPECIAL whenever the content spells no special token. */
+typedef enum mrl_chat_template {
+  MRL_CHAT_AUTO = 0,
+  MRL_CHAT_ROLES = 1,
+  MRL_CHAT_CHATML = 2,
+  MRL_CHAT_LLAMA3 = 3
+} mrl_chat_template;
+
+typedef struct mrl_chat_message {
+  const char *role;    /* NUL-terminated, not empty */
+  const char *content; /* content_len bytes (any bytes); may be NULL when content_len is 0 */
+  size_t content_len;
+} mrl_chat_message;
+
+/* Encodes `count` messages (and the generation prompt when add_generation_prompt is non-zero)
+ * into ids, with the output convention of mrl_tokenizer_encode. The total is at most
+ * 16 + the sum over messages of (3 * (role length + content length) + 10). */
+MRL_API mrl_status mrl_tokenizer_chat(mrl_tokenizer *t, mrl_chat_template tmpl,
+                                      const mrl_chat_message *messages, size_t count,
+                                      int add_generation_prompt, int32_t *ids, size_t cap,
+                                      size_t *total);
 
 /* ---- scripts (Lua 5.4) -------------------------------------------------------------------
  * A Lua 5.4 state with the standard libraries, `require "moonrl"` available, and the engine's

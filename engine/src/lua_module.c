@@ -127,5 +127,6 @@ int mrl__lua_open_core(lua_State *L) {
   lua_setfield(L, -2, "tensor");
   mrl__lua_open_model(L);
   lua_setfield(L, -2, "model");
+  mrl__lua_open_tokenizer(L);
   return 1;
 }

@@ -6,6 +6,7 @@ local core = require "moonrl.core"
 local rl = {
   version = core.version,   -- engine version string, e.g. "0.1.0"
   tensor = core.tensor,     -- constructors: zeros, ones, full, randn, rand, arange, from, matmul
+  tokenizer = core.tokenizer, -- bytes(), load(path): encode, decode, chat templates
   model = core.model,       -- the policy: new{...}, load(dir)
   sft = require("moonrl.sft").sft, -- supervised fine-tuning with loss masks
   lr_at = core.lr_at,       -- learning-rate schedules
