@@ -1081,6 +1081,19 @@ end
 -- rl.clock() -> seconds on a monotonic clock, for timing.
 function rl.clock() return lib.mrl_clock() end
 
+-- rl.lr_at(schedule, step, total, warmup, base [, min_lr]): the learning rate at a 0-based step
+-- ("constant" or "cosine", linear warmup), from the engine's mrl_lr_at.
+local LR_SCHEDULES = { constant = lib.MRL_LR_CONSTANT, cosine = lib.MRL_LR_COSINE }
+function rl.lr_at(kind, step, total, warmup, base, min_lr)
+  local k = type(kind) == "string" and LR_SCHEDULES[kind]
+  if not k then
+    if type(kind) == "string" then argerror(1, format("invalid option '%s'", kind)) end
+    typeerror(1, "string", kind)
+  end
+  return lib.mrl_lr_at(k, check_integer(step, 2), check_integer(total, 3),
+    check_integer(warmup, 4), check_number(base, 5), opt_number(min_lr, 6, 0.0))
+end
+
 -- rl.memory() -> {used=, peak=} bytes held by the engine (tensors and handles).
 function rl.memory()
   return {
