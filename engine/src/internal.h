@@ -54,6 +54,12 @@ void mrl__free(mrl_engine *e, void *p, size_t size); /* p may be NULL */
 void mrl__engine_retain(mrl_engine *e);
 void mrl__engine_release(mrl_engine *e);
 
+/* ---- file_read.c ---- */
+/* Reads a regular file of at most max_bytes; *text is NUL-terminated and freed with
+ * mrl__free(e, *text, *len + 1). Failures: MRL_ERR_IO or MRL_ERR_NOMEM with "fn: path: ...". */
+mrl_status mrl__read_file(mrl_engine *e, const char *fn, const char *path, size_t max_bytes,
+                          char **text, size_t *len);
+
 /* ---- rng.c ---- */
 void mrl__rng_seed(struct mrl_rng *r, uint64_t seed);
 uint64_t mrl__rng_u64(struct mrl_rng *r);

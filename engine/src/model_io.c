@@ -42,45 +42,11 @@ static bool file_exists(const char *path) {
   return stat(path, &sb) == 0;
 }
 
-/* Reads a whole (small) file; *text is NUL-terminated, free with mrl__free(e, *text, *len + 1). */
-static mrl_status read_small_file(mrl_engine *e, const char *fn, const char *path, char **text,
-                                  size_t *len) {
-  int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK); /* a FIFO is refused, not waited on */
-  if (fd < 0) return mrl__fail(e, MRL_ERR_IO, fn, "%s: cannot open: %s", path, strerror(errno));
-  struct stat sb;
-  if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode) || sb.st_size > MAX_JSON_FILE) {
-    close(fd);
-    return mrl__fail(e, MRL_ERR_IO, fn, "%s: not a regular file of at most %d bytes", path,
-                     MAX_JSON_FILE);
-  }
-  size_t size = (size_t)sb.st_size, got = 0;
-  char *buf = mrl__alloc(e, size + 1);
-  if (!buf) {
-    close(fd);
-    return mrl__fail(e, MRL_ERR_NOMEM, fn, "%s: out of memory", path);
-  }
-  while (got < size) {
-    ssize_t r = read(fd, buf + got, size - got);
-    if (r < 0 && errno == EINTR) continue;
-    if (r <= 0) break;
-    got += (size_t)r;
-  }
-  close(fd);
-  if (got != size) {
-    mrl__free(e, buf, size + 1);
-    return mrl__fail(e, MRL_ERR_IO, fn, "%s: read failed", path);
-  }
-  buf[size] = '\0';
-  *text = buf;
-  *len = size;
-  return MRL_OK;
-}
-
 static mrl_status parse_json_file(mrl_engine *e, const char *fn, const char *path,
                                   mrl_json_doc **doc) {
   char *text = NULL;
   size_t len = 0;
-  mrl_status st = read_small_file(e, fn, path, &text, &len);
+  mrl_status st = mrl__read_file(e, fn, path, MAX_JSON_FILE, &text, &len);
   if (st) return st;
   st = mrl__json_parse(e, fn, path, text, len, doc);
   mrl__free(e, text, len + 1);

@@ -4,13 +4,9 @@
 #include "json.h"
 #include "tokenizer_internal.h"
 
-#include <errno.h>
-#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 enum { MAX_JSON_FILE = 256 << 20 /* Qwen3's tokenizer.json is 11 MB */, SHOWN = 80 };
 
@@ -641,29 +637,11 @@ mrl_status mrl_tokenizer_load(mrl_engine *e, const char *path, mrl_tokenizer **o
   if (!e) return MRL_ERR_NULL;
   if (!out) return mrl__fail(e, MRL_ERR_NULL, fn, "out is NULL");
   if (!path) return mrl__fail(e, MRL_ERR_NULL, fn, "path is NULL");
-  int fd = open(path, O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return mrl__fail(e, MRL_ERR_IO, fn, "%s: cannot open: %s", path, strerror(errno));
-  struct stat sb;
-  if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode) || sb.st_size > MAX_JSON_FILE) {
-    close(fd);
-    return mrl__fail(e, MRL_ERR_IO, fn, "%s: not a regular file of at most %d bytes", path,
-                     MAX_JSON_FILE);
-  }
-  size_t size = (size_t)sb.st_size, got = 0;
-  char *text = mrl__alloc(e, size + 1);
-  if (!text) {
-    close(fd);
-    return mrl__fail(e, MRL_ERR_NOMEM, fn, "%s: out of memory", path);
-  }
-  while (got < size) {
-    ssize_t r = read(fd, text + got, size - got);
-    if (r < 0 && errno == EINTR) continue;
-    if (r <= 0) break;
-    got += (size_t)r;
-  }
-  close(fd);
-  mrl_status st = got == size ? load_text(e, fn, path, text, size, out)
-                              : mrl__fail(e, MRL_ERR_IO, fn, "%s: read failed", path);
+  char *text = NULL;
+  size_t size = 0;
+  mrl_status st = mrl__read_file(e, fn, path, MAX_JSON_FILE, &text, &size);
+  if (st) return st;
+  st = load_text(e, fn, path, text, size, out);
   mrl__free(e, text, size + 1);
   return st;
 }
