@@ -17,7 +17,7 @@ struct mrl_kv_cache {
   struct mrl_rng *rng;   /* one stream per slot */
   /* per-append scratch, grown to the largest append */
   int64_t rows_cap;
-  float *x, *xn, *qkv, *attn, *gate, *up, *scores;
+  float *x, *xn, *qkv, *attn, *gate_up, *hidden, *scores;
   int *row_slot, *row_pos;
   int64_t scores_cap;
   /* sampling scratch: vocab-sized */
@@ -44,12 +44,12 @@ static void free_rows(mrl_kv_cache *c) {
   mrl__free(e, c->xn, sizeof(float) * (size_t)(R * m->cfg.dim));
   mrl__free(e, c->qkv, sizeof(float) * (size_t)(R * qkv_w));
   mrl__free(e, c->attn, sizeof(float) * (size_t)(R * m->q_dim));
-  mrl__free(e, c->gate, sizeof(float) * (size_t)(R * m->cfg.ffn));
-  mrl__free(e, c->up, sizeof(float) * (size_t)(R * m->cfg.ffn));
+  mrl__free(e, c->gate_up, sizeof(float) * (size_t)(R * 2 * m->cfg.ffn));
+  mrl__free(e, c->hidden, sizeof(float) * (size_t)(R * m->cfg.ffn));
   mrl__free(e, c->row_slot, sizeof(int) * (size_t)R);
   mrl__free(e, c->row_pos, sizeof(int) * (size_t)R);
   mrl__free(e, c->scores, sizeof(float) * (size_t)c->scores_cap);
-  c->x = c->xn = c->qkv = c->attn = c->gate = c->up = c->scores = NULL;
+  c->x = c->xn = c->qkv = c->attn = c->gate_up = c->hidden = c->scores = NULL;
   c->row_slot = c->row_pos = NULL;
   c->rows_cap = c->scores_cap = 0;
 }
@@ -66,12 +66,12 @@ static bool grow_rows(mrl_kv_cache *c, int64_t R) {
   c->xn = mrl__alloc(e, sizeof(float) * (size_t)(R * m->cfg.dim));
   c->qkv = mrl__alloc(e, sizeof(float) * (size_t)(R * qkv_w));
   c->attn = mrl__alloc(e, sizeof(float) * (size_t)(R * m->q_dim));
-  c->gate = mrl__alloc(e, sizeof(float) * (size_t)(R * m->cfg.ffn));
-  c->up = mrl__alloc(e, sizeof(float) * (size_t)(R * m->cfg.ffn));
+  c->gate_up = mrl__alloc(e, sizeof(float) * (size_t)(R * 2 * m->cfg.ffn));
+  c->hidden = mrl__alloc(e, sizeof(float) * (size_t)(R * m->cfg.ffn));
   c->row_slot = mrl__alloc(e, sizeof(int) * (size_t)R);
   c->row_pos = mrl__alloc(e, sizeof(int) * (size_t)R);
   c->scores = mrl__alloc(e, sizeof(float) * (size_t)c->scores_cap);
-  if (c->x && c->xn && c->qkv && c->attn && c->gate && c->up && c->row_slot && c->row_pos &&
+  if (c->x && c->xn && c->qkv && c->attn && c->gate_up && c->hidden && c->row_slot && c->row_pos &&
       c->scores)
     return true;
   free_rows(c);
@@ -258,11 +258,7 @@ mrl_status mrl_kv_cache_append(mrl_kv_cache *c, int n, const int *slots, const i
   for (int l = 0; l < cfg->layers; l++) {
     const mrl_layer_params *P = &m->layer[l];
     rmsnorm_rows(c->xn, c->x, W + P->attn_norm, R, D, cfg->norm_eps);
-    mrl__gemm(false, true, R, m->q_dim, D, 1.0f, c->xn, D, W + P->wq, D, 0.0f, c->qkv, qkv_w);
-    mrl__gemm(false, true, R, m->kv_dim, D, 1.0f, c->xn, D, W + P->wk, D, 0.0f,
-              c->qkv + m->q_dim, qkv_w);
-    mrl__gemm(false, true, R, m->kv_dim, D, 1.0f, c->xn, D, W + P->wv, D, 0.0f,
-              c->qkv + m->q_dim + m->kv_dim, qkv_w);
+    mrl__gemm(false, true, R, qkv_w, D, 1.0f, c->xn, D, W + P->wq, D, 0.0f, c->qkv, qkv_w);
     for (int64_t r = 0; r < R; r++) {
       float *row = c->qkv + r * qkv_w;
       if (cfg->qkv_bias) {
@@ -289,13 +285,10 @@ mrl_status mrl_kv_cache_append(mrl_kv_cache *c, int n, const int *slots, const i
     mrl__gemm(false, true, R, D, m->q_dim, 1.0f, c->attn, m->q_dim, W + P->wo, m->q_dim, 1.0f,
               c->x, D);
     rmsnorm_rows(c->xn, c->x, W + P->mlp_norm, R, D, cfg->norm_eps);
-    mrl__gemm(false, true, R, F, D, 1.0f, c->xn, D, W + P->w_gate, D, 0.0f, c->gate, F);
-    mrl__gemm(false, true, R, F, D, 1.0f, c->xn, D, W + P->w_up, D, 0.0f, c->up, F);
-    for (int64_t k = 0; k < R * F; k++) {
-      float g = c->gate[k];
-      c->gate[k] = g / (1.0f + expf(-g)) * c->up[k];
-    }
-    mrl__gemm(false, true, R, D, F, 1.0f, c->gate, F, W + P->w_down, F, 1.0f, c->x, D);
+    mrl__gemm(false, true, R, 2 * F, D, 1.0f, c->xn, D, W + P->w_gate, D, 0.0f, c->gate_up,
+              2 * F);
+    mrl__swiglu(c->hidden, c->gate_up, R, F);
+    mrl__gemm(false, true, R, D, F, 1.0f, c->hidden, F, W + P->w_down, F, 1.0f, c->x, D);
   }
   /* logits after the last token of each run; the final norm of those rows goes into xn */
   int64_t V = cfg->vocab;

@@ -21,7 +21,9 @@ typedef struct {
   bool decay;        /* AdamW weight decay applies (matrices; not norms or biases) */
 } mrl_param;
 
-/* Offsets of one block's parameters (-1 when the config has no such parameter). */
+/* Offsets of one block's parameters (-1 when the config has no such parameter). The layout puts
+ * wq, wk, wv next to each other, and w_gate, w_up, so each trio (pair) is one matrix of
+ * q_dim + 2 kv_dim (2 ffn) rows: one projection computes all three (both). */
 typedef struct {
   int64_t attn_norm, wq, wk, wv, bq, bk, bv, q_norm, k_norm, wo, mlp_norm, w_gate, w_up, w_down;
 } mrl_layer_params;
@@ -37,8 +39,7 @@ typedef enum {
   SCRATCH_DXN,
   SCRATCH_DQKV,
   SCRATCH_DATTN,
-  SCRATCH_DGATE,
-  SCRATCH_DUP,
+  SCRATCH_DGATE_UP,
   SCRATCH_DPROBS,
   SCRATCH_COUNT
 } mrl_scratch_slot;
@@ -92,7 +93,7 @@ struct mrl_activations {
   float *attn;        /* layers x n x q_dim: attention output, input of o_proj */
   float *x_mid;       /* layers x n x dim: residual after attention */
   float *rstd_mlp;    /* layers x n */
-  float *gate, *up;   /* layers x n x ffn each */
+  float *gate_up;     /* layers x n x 2 ffn: gate | up per row (one projection) */
   float *rstd_final;  /* n */
   float *xf;          /* n x dim: final normalised hidden states, input of the LM head */
 };
@@ -126,6 +127,7 @@ void mrl__model_free_activations(mrl_model *m);
 void mrl__rmsnorm_apply(float *out, const float *rstd, const float *x, const float *w, int64_t n,
                         int64_t d);
 void mrl__rope(float *v, int heads, int hd, const float *cos_t, const float *sin_t, float sign);
+void mrl__swiglu(float *hidden, const float *gate_up, int64_t n, int64_t f);
 mrl_status mrl__model_check_head(mrl_model *m, const char *fn, const int32_t *targets);
 void mrl__model_head_logits(mrl_model *m, float *out, int64_t r0, int64_t rows);
 void mrl__row_stats(const float *z, int64_t V, float *lse, float *entropy);

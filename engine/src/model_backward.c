@@ -130,10 +130,9 @@ mrl_status mrl_model_backward(mrl_model *m, const int32_t *targets, const float 
   float *hidden = mrl__model_scratch(m, SCRATCH_HIDDEN, n * F);
   float *dqkv = mrl__model_scratch(m, SCRATCH_DQKV, n * qkv_w);
   float *dattn = mrl__model_scratch(m, SCRATCH_DATTN, n * m->q_dim);
-  float *dgate = mrl__model_scratch(m, SCRATCH_DGATE, n * F);
-  float *dup = mrl__model_scratch(m, SCRATCH_DUP, n * F);
+  float *dgate_up = mrl__model_scratch(m, SCRATCH_DGATE_UP, n * 2 * F);
   float *dprobs = mrl__model_scratch(m, SCRATCH_DPROBS, (int64_t)T * T);
-  if (!dx || !dmid || !dxn || !xn || !hidden || !dqkv || !dattn || !dgate || !dup || !dprobs)
+  if (!dx || !dmid || !dxn || !xn || !hidden || !dqkv || !dattn || !dgate_up || !dprobs)
     return mrl__fail(m->engine, MRL_ERR_NOMEM, fn, "cannot allocate gradient buffers");
   const float *W = m->weights;
   float *G = m->grads;
@@ -148,22 +147,25 @@ mrl_status mrl_model_backward(mrl_model *m, const int32_t *targets, const float 
     const mrl_layer_params *P = &m->layer[l];
     const float *x = a->x + l * n * D, *x_mid = a->x_mid + l * n * D;
     const float *qkv = a->qkv + l * n * qkv_w, *attn = a->attn + l * n * m->q_dim;
-    const float *gate = a->gate + l * n * F, *up = a->up + l * n * F;
+    const float *gate_up = a->gate_up + l * n * 2 * F;
 
     /* MLP: x_next = x_mid + (silu(gate) * up) Wd^T, with dx = d x_next */
-    for (int64_t i = 0; i < n * F; i++) {
-      float g = gate[i];
-      hidden[i] = g / (1.0f + expf(-g)) * up[i];
-    }
-    linear_backward(dgate, G + P->w_down, dx, hidden, W + P->w_down, n, F, D, F, D, false);
-    for (int64_t i = 0; i < n * F; i++) { /* dgate holds d hidden */
-      float g = gate[i], sg = 1.0f / (1.0f + expf(-g)), dh = dgate[i];
-      dup[i] = dh * g * sg;
-      dgate[i] = dh * up[i] * sg * (1.0f + g * (1.0f - sg));
+    mrl__swiglu(hidden, gate_up, n, F);
+    /* d hidden goes into the hidden buffer, which the down projection's gradient used last */
+    mrl__gemm(true, false, D, F, n, 1.0f, dx, D, hidden, F, 1.0f, G + P->w_down, F);
+    mrl__gemm(false, false, n, F, D, 1.0f, dx, D, W + P->w_down, F, 0.0f, hidden, F);
+    for (int64_t i = 0; i < n; i++) {
+      const float *g = gate_up + i * 2 * F, *u = g + F;
+      const float *dh = hidden + i * F;
+      float *dg = dgate_up + i * 2 * F, *du = dg + F;
+      for (int64_t j = 0; j < F; j++) {
+        float sg = 1.0f / (1.0f + expf(-g[j]));
+        du[j] = dh[j] * g[j] * sg;
+        dg[j] = dh[j] * u[j] * sg * (1.0f + g[j] * (1.0f - sg));
+      }
     }
     mrl__rmsnorm_apply(xn, a->rstd_mlp + l * n, x_mid, W + P->mlp_norm, n, D);
-    linear_backward(dxn, G + P->w_gate, dgate, xn, W + P->w_gate, n, D, F, D, F, false);
-    linear_backward(dxn, G + P->w_up, dup, xn, W + P->w_up, n, D, F, D, F, true);
+    linear_backward(dxn, G + P->w_gate, dgate_up, xn, W + P->w_gate, n, D, 2 * F, D, 2 * F, false);
     memcpy(dmid, dx, sizeof(float) * (size_t)(n * D));
     rmsnorm_backward(dmid, G + P->mlp_norm, dxn, x_mid, a->rstd_mlp + l * n, W + P->mlp_norm, n,
                      D, true);
@@ -200,11 +202,7 @@ mrl_status mrl_model_backward(mrl_model *m, const int32_t *targets, const float 
       }
     }
     mrl__rmsnorm_apply(xn, a->rstd_attn + l * n, x, W + P->attn_norm, n, D);
-    linear_backward(dxn, G + P->wq, dqkv, xn, W + P->wq, n, D, m->q_dim, D, qkv_w, false);
-    linear_backward(dxn, G + P->wk, dqkv + m->q_dim, xn, W + P->wk, n, D, m->kv_dim, D, qkv_w,
-                    true);
-    linear_backward(dxn, G + P->wv, dqkv + m->q_dim + m->kv_dim, xn, W + P->wv, n, D, m->kv_dim,
-                    D, qkv_w, true);
+    linear_backward(dxn, G + P->wq, dqkv, xn, W + P->wq, n, D, qkv_w, D, qkv_w, false);
     memcpy(dx, dmid, sizeof(float) * (size_t)(n * D));
     rmsnorm_backward(dx, G + P->attn_norm, dxn, x, a->rstd_attn + l * n, W + P->attn_norm, n, D,
                      true);

@@ -62,6 +62,15 @@ void mrl__rope(float *v, int heads, int hd, const float *cos_t, const float *sin
   }
 }
 
+/* hidden (n, f) = silu(gate) * up, from rows of gate | up (n, 2f) */
+void mrl__swiglu(float *hidden, const float *gate_up, int64_t n, int64_t f) {
+  for (int64_t i = 0; i < n; i++) {
+    const float *g = gate_up + i * 2 * f, *u = g + f;
+    float *h = hidden + i * f;
+    for (int64_t j = 0; j < f; j++) h[j] = g[j] / (1.0f + expf(-g[j])) * u[j];
+  }
+}
+
 /* ---- activations ---- */
 
 void mrl__model_free_activations(mrl_model *m) {
@@ -84,8 +93,7 @@ void mrl__model_free_activations(mrl_model *m) {
   mrl__free(e, a->attn, sizeof(float) * (size_t)(L * n * m->q_dim));
   mrl__free(e, a->x_mid, sizeof(float) * (size_t)(L * n * c->dim));
   mrl__free(e, a->rstd_mlp, sizeof(float) * (size_t)(L * n));
-  mrl__free(e, a->gate, sizeof(float) * (size_t)(L * n * c->ffn));
-  mrl__free(e, a->up, sizeof(float) * (size_t)(L * n * c->ffn));
+  mrl__free(e, a->gate_up, sizeof(float) * (size_t)(L * n * 2 * c->ffn));
   mrl__free(e, a->rstd_final, sizeof(float) * (size_t)n);
   mrl__free(e, a->xf, sizeof(float) * (size_t)(n * c->dim));
   mrl__free(e, a, sizeof *a);
@@ -123,8 +131,7 @@ static mrl_status ensure_activations(mrl_model *m, const char *fn, int64_t n, in
             (a->attn = mrl__alloc(e, sizeof(float) * (size_t)(L * n * m->q_dim))) &&
             (a->x_mid = mrl__alloc(e, sizeof(float) * (size_t)(L * n * c->dim))) &&
             (a->rstd_mlp = mrl__alloc(e, sizeof(float) * (size_t)(L * n))) &&
-            (a->gate = mrl__alloc(e, sizeof(float) * (size_t)(L * n * c->ffn))) &&
-            (a->up = mrl__alloc(e, sizeof(float) * (size_t)(L * n * c->ffn))) &&
+            (a->gate_up = mrl__alloc(e, sizeof(float) * (size_t)(L * n * 2 * c->ffn))) &&
             (a->rstd_final = mrl__alloc(e, sizeof(float) * (size_t)n)) &&
             (a->xf = mrl__alloc(e, sizeof(float) * (size_t)(n * c->dim)));
   if (!ok) {
@@ -245,15 +252,11 @@ mrl_status mrl_model_forward(mrl_model *m, const int32_t *tokens, const int32_t 
     float *qkv = a->qkv + l * n * qkv_w;
     float *attn = a->attn + l * n * m->q_dim;
     float *x_mid = a->x_mid + l * n * D;
-    float *gate = a->gate + l * n * F, *up = a->up + l * n * F;
+    float *gate_up = a->gate_up + l * n * 2 * F;
 
     rmsnorm_forward(xn, a->rstd_attn + l * n, x, W + P->attn_norm, n, D, c->norm_eps);
-    /* q | k | v side by side in each row of qkv */
-    mrl__gemm(false, true, n, m->q_dim, D, 1.0f, xn, D, W + P->wq, D, 0.0f, qkv, qkv_w);
-    mrl__gemm(false, true, n, m->kv_dim, D, 1.0f, xn, D, W + P->wk, D, 0.0f, qkv + m->q_dim,
-              qkv_w);
-    mrl__gemm(false, true, n, m->kv_dim, D, 1.0f, xn, D, W + P->wv, D, 0.0f,
-              qkv + m->q_dim + m->kv_dim, qkv_w);
+    /* q | k | v side by side in each row of qkv, from the adjacent wq | wk | wv */
+    mrl__gemm(false, true, n, qkv_w, D, 1.0f, xn, D, W + P->wq, D, 0.0f, qkv, qkv_w);
     for (int64_t i = 0; i < n; i++) {
       float *row = qkv + i * qkv_w;
       if (c->qkv_bias) {
@@ -281,12 +284,8 @@ mrl_status mrl_model_forward(mrl_model *m, const int32_t *tokens, const int32_t 
     mrl__gemm(false, true, n, D, m->q_dim, 1.0f, attn, m->q_dim, W + P->wo, m->q_dim, 1.0f, x_mid,
               D);
     rmsnorm_forward(xn, a->rstd_mlp + l * n, x_mid, W + P->mlp_norm, n, D, c->norm_eps);
-    mrl__gemm(false, true, n, F, D, 1.0f, xn, D, W + P->w_gate, D, 0.0f, gate, F);
-    mrl__gemm(false, true, n, F, D, 1.0f, xn, D, W + P->w_up, D, 0.0f, up, F);
-    for (int64_t i = 0; i < n * F; i++) {
-      float g = gate[i];
-      hidden[i] = g / (1.0f + expf(-g)) * up[i];
-    }
+    mrl__gemm(false, true, n, 2 * F, D, 1.0f, xn, D, W + P->w_gate, D, 0.0f, gate_up, 2 * F);
+    mrl__swiglu(hidden, gate_up, n, F);
     memcpy(x_next, x_mid, sizeof(float) * (size_t)(n * D));
     mrl__gemm(false, true, n, D, F, 1.0f, hidden, F, W + P->w_down, F, 1.0f, x_next, D);
   }
