@@ -99,6 +99,9 @@ struct mrl_activations {
 };
 
 enum { MRL_HEAD_BLOCK = 64 }; /* rows of logits the LM head computes at a time */
+/* Query rows per attention block: a block multiplies only the keys up to its last row, skipping
+ * most of the causally masked upper triangle (at T = 256, 3/4 of the full product). */
+enum { MRL_ATTN_BLOCK = 128 };
 
 /* Row-major C = alpha op(A) op(B) + beta C through OpenBLAS (or the reference kernel). */
 void mrl__gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const float *a,

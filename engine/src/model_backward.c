@@ -49,21 +49,29 @@ static void attention_backward(mrl_model *m, float *dqkv, float *dprobs, const f
     float *dv = drows + m->q_dim + m->kv_dim + (int64_t)g * hd;
     const float *p = probs + (int64_t)h * T * T;
     const float *dout = dattn + (int64_t)b * T * m->q_dim + (int64_t)h * hd;
-    /* out = P V: dP = dout V^T, dV += P^T dout */
-    mrl__gemm(false, true, len, len, hd, 1.0f, dout, m->q_dim, v, stride, 0.0f, dprobs, T);
-    mrl__gemm(true, false, len, hd, len, 1.0f, p, T, dout, m->q_dim, 1.0f, dv, stride);
-    /* softmax backward over each causal row: dS = P * (dP - sum_s P dP), times the scale */
-    for (int t = 0; t < len; t++) {
-      const float *pr = p + (int64_t)t * T;
-      float *dr = dprobs + (int64_t)t * T;
-      double dot = 0.0;
-      for (int s = 0; s <= t; s++) dot += (double)pr[s] * dr[s];
-      for (int s = 0; s <= t; s++) dr[s] = pr[s] * (dr[s] - (float)dot) * scale;
-      for (int s = t + 1; s < len; s++) dr[s] = 0.0f;
+    /* blocks of query rows [r0, r1) against the keys [0, r1), as in the forward pass */
+    for (int r0 = 0; r0 < len; r0 += MRL_ATTN_BLOCK) {
+      int r1 = r0 + MRL_ATTN_BLOCK < len ? r0 + MRL_ATTN_BLOCK : len, rows = r1 - r0;
+      const float *pb = p + (int64_t)r0 * T, *db = dout + (int64_t)r0 * m->q_dim;
+      float *dpb = dprobs + (int64_t)r0 * T;
+      /* out = P V: dP = dout V^T, dV += P^T dout */
+      mrl__gemm(false, true, rows, r1, hd, 1.0f, db, m->q_dim, v, stride, 0.0f, dpb, T);
+      mrl__gemm(true, false, r1, hd, rows, 1.0f, pb, T, db, m->q_dim, 1.0f, dv, stride);
+      /* softmax backward over each causal row: dS = P * (dP - sum_s P dP), times the scale */
+      for (int t = r0; t < r1; t++) {
+        const float *pr = p + (int64_t)t * T;
+        float *dr = dprobs + (int64_t)t * T;
+        double dot = 0.0;
+        for (int s = 0; s <= t; s++) dot += (double)pr[s] * dr[s];
+        for (int s = 0; s <= t; s++) dr[s] = pr[s] * (dr[s] - (float)dot) * scale;
+        for (int s = t + 1; s < r1; s++) dr[s] = 0.0f;
+      }
+      /* S = q k^T: dq = dS k, dk += dS^T q */
+      mrl__gemm(false, false, rows, hd, r1, 1.0f, dpb, T, k, stride, 0.0f,
+                dq + (int64_t)r0 * stride, stride);
+      mrl__gemm(true, false, r1, hd, rows, 1.0f, dpb, T, q + (int64_t)r0 * stride, stride, 1.0f,
+                dk, stride);
     }
-    /* S = q k^T: dq = dS k, dk += dS^T q */
-    mrl__gemm(false, false, len, hd, len, 1.0f, dprobs, T, k, stride, 0.0f, dq, stride);
-    mrl__gemm(true, false, len, hd, len, 1.0f, dprobs, T, q, stride, 1.0f, dk, stride);
   }
 }
 

@@ -159,8 +159,13 @@ static void attention_forward(mrl_model *m, float *out, float *probs, const floa
     const float *k = rows + m->q_dim + (int64_t)g * hd;
     const float *v = rows + m->q_dim + m->kv_dim + (int64_t)g * hd;
     float *p = probs + (int64_t)h * T * T;
-    /* scores of the len real positions: p[t][s] = q_t . k_s * scale */
-    mrl__gemm(false, true, len, len, hd, scale, q, stride, k, stride, 0.0f, p, T);
+    /* scores of the len real positions: p[t][s] = q_t . k_s * scale, computed a block of
+     * query rows at a time against the keys up to the block's end (causal: the rest is 0) */
+    for (int r0 = 0; r0 < len; r0 += MRL_ATTN_BLOCK) {
+      int r1 = r0 + MRL_ATTN_BLOCK < len ? r0 + MRL_ATTN_BLOCK : len;
+      mrl__gemm(false, true, r1 - r0, r1, hd, scale, q + (int64_t)r0 * stride, stride, k, stride,
+                0.0f, p + (int64_t)r0 * T, T);
+    }
     for (int t = 0; t < len; t++) {
       float *row = p + (int64_t)t * T;
       float mx = row[0];
@@ -178,7 +183,11 @@ static void attention_forward(mrl_model *m, float *out, float *probs, const floa
     for (int t = len; t < T; t++) memset(p + (int64_t)t * T, 0, sizeof(float) * (size_t)T);
     /* out_t = sum_s p[t][s] v_s over the real positions; padded rows stay zero */
     float *o = out + (int64_t)b * T * m->q_dim + (int64_t)h * hd;
-    mrl__gemm(false, false, len, hd, len, 1.0f, p, T, v, stride, 0.0f, o, m->q_dim);
+    for (int r0 = 0; r0 < len; r0 += MRL_ATTN_BLOCK) {
+      int r1 = r0 + MRL_ATTN_BLOCK < len ? r0 + MRL_ATTN_BLOCK : len;
+      mrl__gemm(false, false, r1 - r0, hd, r1, 1.0f, p + (int64_t)r0 * T, T, v, stride, 0.0f,
+                o + (int64_t)r0 * m->q_dim, m->q_dim);
+    }
     for (int t = len; t < T; t++) memset(o + (int64_t)t * m->q_dim, 0, sizeof(float) * (size_t)hd);
   }
 }
