@@ -78,3 +78,50 @@ echo "elementwise, 2^24 float32 elements, GB/s (bytes read + written):"
 cat "$tmp/c" "$tmp/lua" | awk -F'\t' '
   $1 == "elementwise"     { printf "  %-22s C   %7.1f\n", $2, $3 }
   $1 == "lua_elementwise" { printf "  %-22s Lua %7.1f\n", $2, $3 }'
+
+# ---- the policy model: training and sampling, moonrl and PyTorch alternating ----
+ROUNDS=${BENCH_ROUNDS:-3}
+core=$(awk -F'\t' '$1 == "blas" { print $2 }' "$tmp/c")
+have_torch=0
+/usr/bin/python3 -c 'import torch' 2>/dev/null && have_torch=1
+: >"$tmp/model"
+for round in $(seq "$ROUNDS"); do
+  "$BUILD/moonrl" run scripts/bench_model.lua | grep "^model" >>"$tmp/model"
+  if [ "$have_torch" = 1 ]; then
+    OPENBLAS_CORETYPE=$core MOONRL_BENCH_THREADS=$(nproc) /usr/bin/python3 scripts/bench_torch.py \
+      >>"$tmp/model"
+  fi
+done
+peak=$(awk -F'\t' '$1 == "matmul" && $3 > p { p = $3 } END { print p }' "$tmp/c")
+echo
+echo "policy model, Llama layout, vocab 256, ffn 3 x dim; median of $ROUNDS alternating rounds."
+echo "train = forward + backward + AdamW on a full batch; sample = batch 16, 16-token prompts,"
+echo "128 new tokens with the KV cache. MFU = train FLOPs/s over the best sgemm of this run"
+echo "($peak GFLOPS). small: d=128 L=4 h=4 T=256 B=16; large: d=512 L=8 h=8 T=256 B=8."
+[ "$have_torch" = 1 ] || echo "(python3-torch is not installed: apt-get install python3-torch for the comparison)"
+awk -F'\t' -v peak="$peak" '
+  function median(key,   n, i, j, t, v) {
+    n = count[key]
+    for (i = 1; i <= n; i++) v[i] = val[key, i]
+    for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) if (v[j] < v[i]) { t = v[i]; v[i] = v[j]; v[j] = t }
+    return n ? v[int((n + 1) / 2)] : 0
+  }
+  { key = $1 FS $2 FS $3; val[key, ++count[key]] = $4; if ($5 == "train_flops_per_token") flops[$2] = $6 }
+  END {
+    printf "%-6s %-8s %12s %12s %8s %8s %6s\n", "config", "metric", "moonrl", "PyTorch", "ratio",
+           "target", "MFU"
+    split("small large", names, " ")
+    for (i = 1; i <= 2; i++) {
+      name = names[i]
+      split("train sample", metrics, " ")
+      for (j = 1; j <= 2; j++) {
+        metric = metrics[j] "_tokens_per_s"
+        ours = median("model" FS name FS metric); theirs = median("torch" FS name FS metric)
+        target = metrics[j] == "sample" ? 10 : (name == "small" ? 3 : 1.5)
+        mfu = metrics[j] == "train" ? sprintf("%5.1f%%", 100 * ours * flops[name] / (peak * 1e9)) : ""
+        printf "%-6s %-8s %12.1f %12s %7s %7sx %6s\n", name, metrics[j] " tok/s", ours,
+               theirs ? sprintf("%.1f", theirs) : "-", theirs ? sprintf("%.2fx", ours / theirs) : "-",
+               target, mfu
+      }
+    }
+  }' "$tmp/model"

@@ -9,6 +9,7 @@ local rl = {
   tokenizer = core.tokenizer, -- bytes(), load(path): encode, decode, chat templates
   model = core.model,       -- the policy: new{...}, load(dir)
   sft = require("moonrl.sft").sft, -- supervised fine-tuning with loss masks
+  sft_example = require("moonrl.sft").example, -- {tokens=, mask=} from a chat conversation
   lr_at = core.lr_at,       -- learning-rate schedules
   blas_info = core.blas_info, -- {core=, threads=, config=, source=, recommended=}
   blas_threads = core.blas_threads,

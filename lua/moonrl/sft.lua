@@ -53,6 +53,32 @@ local function check_examples(data)
   end
 end
 
+-- An SFT example from a conversation: the chat template's tokens, with mask 1 exactly on what the
+-- assistant says (its content and the end marker that follows it), 0 on everything else.
+--   rl.sft_example(tok, {{role = "user", content = "hi"}, {role = "assistant", content = "hello"}})
+-- Templates render message by message, so the tokens of a prefix of the conversation are a prefix
+-- of the tokens of the whole; each assistant turn is the difference between the conversation up
+-- to it and the conversation before it with the generation prompt.
+function M.example(tok, messages, opts)
+  if type(messages) ~= "table" or #messages == 0 then
+    error("rl.sft_example: messages must be a non-empty list of {role=, content=}", 2)
+  end
+  local template = opts and opts.template
+  local tokens = tok:chat(messages, { template = template, add_generation_prompt = false })
+  local mask = {}
+  for i = 1, #tokens do mask[i] = 0 end
+  for i, msg in ipairs(messages) do
+    if msg.role == "assistant" then
+      local before = { table.unpack(messages, 1, i - 1) }
+      local start = #tok:chat(before, { template = template, add_generation_prompt = true })
+      local stop = #tok:chat({ table.unpack(messages, 1, i) },
+        { template = template, add_generation_prompt = false })
+      for t = start + 1, stop do mask[t] = 1 end
+    end
+  end
+  return { tokens = tokens, mask = mask }
+end
+
 function M.sft(opts)
   if type(opts) ~= "table" then error("rl.sft: options table expected", 2) end
   local m = opts.model

@@ -254,6 +254,21 @@ describe("rl.sft", function()
     assert.is_true(first.grad_norm > 0)
   end)
 
+  it("sft_example masks exactly the assistant's turns", function()
+    local tok = rl.tokenizer.bytes()
+    local ex = rl.sft_example(tok, {
+      { role = "user", content = "hi" },
+      { role = "assistant", content = "yo" },
+      { role = "user", content = "x" },
+      { role = "assistant", content = "z" },
+    })
+    -- <user>h i<end><assistant>y o<end><user>x<end><assistant>z<end>
+    local want = { USER, 104, 105, END, ASSISTANT, 121, 111, END, USER, 120, END, ASSISTANT, 122, END }
+    assert.are.same(want, ex.tokens)
+    assert.are.same({ 0, 0, 0, 0, 0, 1, 1, 1, 0, 0, 0, 0, 1, 1 }, ex.mask)
+    H.assert_error(function() rl.sft_example(tok, {}) end, { "non-empty" })
+  end)
+
   it("refuses bad data", function()
     local m = tiny()
     H.assert_error(function() rl.sft { model = m, data = {} } end, { "non-empty" })
