@@ -7,6 +7,7 @@
 #   make asan       the whole test suite under AddressSanitizer + UBSan (build in build-asan/)
 #   make bench      benchmarks (matmul GFLOPS, elementwise GB/s, model training and sampling)
 #   make fuzz       the safetensors reader under libFuzzer for FUZZ_SECONDS (default 600)
+#   make check-torch   moonrl's saved models in PyTorch (needs python3-torch)
 #   make install PREFIX=/usr/local   /   make uninstall PREFIX=...
 
 PREFIX     ?= /usr/local
@@ -138,6 +139,15 @@ demo: all
 bench: all
 	@$(MAKE) --no-print-directory $(BUILD)/bench_tensor $(BUILD)/bench_stock_blas
 	@sh scripts/bench.sh $(BUILD)
+
+# check-torch: a model saved by moonrl (F32 and BF16) gives the same logits in the plain PyTorch
+# implementation of tests/fixtures (the other direction, PyTorch's files into moonrl, is part of
+# make test). Needs Debian's python3-torch, which make test does not install.
+.PHONY: check-torch
+check-torch: all
+	@/usr/bin/python3 -c 'import torch' 2>/dev/null || \
+	  { echo "check-torch needs python3-torch: apt-get install python3-torch" >&2; exit 1; }
+	/usr/bin/python3 tests/fixtures/check_moonrl_to_torch.py $(MOONRL)
 
 # fuzz: the safetensors reader under libFuzzer with ASan + UBSan for FUZZ_SECONDS (default 600), on
 # a copy of tests/fuzz/corpus (inputs it discovers stay in build-fuzz/corpus, crashes are written
