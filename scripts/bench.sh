@@ -1,7 +1,8 @@
 #!/bin/sh
 # bench.sh - `make bench`: sgemm GFLOPS through the engine from C and from Lua beside a direct
 # cblas_sgemm call on the same OpenBLAS in the same process; OpenBLAS linked the usual way with
-# each core type (and with its own detection) as baselines; elementwise throughput. Medians of 9.
+# each core type (and with its own detection) as baselines; elementwise throughput; the policy
+# model's training and sampling beside PyTorch. BENCH_ROUNDS (default 3) alternating rounds.
 # usage: sh scripts/bench.sh BUILD
 set -eu
 BUILD=${1:?usage: bench.sh BUILD}
@@ -10,41 +11,57 @@ cd "$ROOT"
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 
-# The C and Lua runs are separate processes; alternate them over three rounds (the first also
-# measures elementwise throughput) and keep each figure's median round, so that a noisy moment on
-# a shared machine does not land on one side only.
-"$BUILD/bench_tensor" >"$tmp/c1"
-"$BUILD/moonrl" run scripts/bench_tensor.lua >"$tmp/lua1"
-for round in 2 3; do
-  "$BUILD/bench_tensor" matmul >"$tmp/c$round"
-  "$BUILD/moonrl" run scripts/bench_tensor.lua matmul >"$tmp/lua$round"
-done
-median_rounds() { # file prefix -> one file with the median of each matmul figure over rounds
-  cat "$1"1 "$1"2 "$1"3 | awk -F'\t' '
-    $1 ~ /matmul$/ { key = $1 FS $2; n[key]++; d[key, n[key]] = $3; e[key, n[key]] = $4; next }
-    !seen[$0]++ { print }
-    function med(a, key,   x, y, z) {
-      x = a[key, 1]; y = a[key, 2]; z = a[key, 3]
-      return (x + 0 <= y + 0) ? ((y + 0 <= z + 0) ? y : ((x + 0 <= z + 0) ? z : x)) \
-                              : ((x + 0 <= z + 0) ? x : ((y + 0 <= z + 0) ? z : y))
+ROUNDS=${BENCH_ROUNDS:-3}
+# Every figure comes from separate processes; they run in alternation over ROUNDS rounds and each
+# figure keeps its median round, so that a noisy moment on a shared machine does not land on one
+# side only. Lines are "kind key value [value]" (tab-separated); `medians` reduces them.
+medians() {
+  awk -F'\t' '
+    function median(k,   i, j, t, v, n) {
+      n = count[k]
+      for (i = 1; i <= n; i++) v[i] = val[k, i]
+      for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) if (v[j] + 0 < v[i] + 0) { t = v[i]; v[i] = v[j]; v[j] = t }
+      return v[int((n + 1) / 2)]
     }
-    END { for (key in n) { if (e[key, 1] != "") print key FS med(d, key) FS med(e, key);
-                           else print key FS med(d, key) } }' | sort -t "$(printf '\t')" -k1,1 -k2,2n
+    $3 ~ /^[0-9.]+$/ {
+      k = $1 FS $2; if (!(k in count)) order[++keys] = k
+      val[k, ++count[k]] = $3; if (NF > 3) val2[k, count[k]] = $4
+      next
+    }
+    !seen[$0]++ { print }
+    END {
+      for (i = 1; i <= keys; i++) {
+        k = order[i]; line = k FS median(k)
+        if ((k, 1) in val2) {
+          for (j = 1; j <= count[k]; j++) val[k, j] = val2[k, j]
+          line = line FS median(k)
+        }
+        print line
+      }
+    }'
 }
-median_rounds "$tmp/c" >"$tmp/c"
-median_rounds "$tmp/lua" >"$tmp/lua"
-# OpenBLAS on its own: its detection, then each core type forced
-env -u OPENBLAS_CORETYPE "$BUILD/bench_stock_blas" | sed 's/^stock/detected/' >"$tmp/stock"
-for core in Prescott Haswell SkylakeX; do
-  OPENBLAS_CORETYPE=$core "$BUILD/bench_stock_blas" | sed "s/^stock/$core/" >>"$tmp/stock"
+: >"$tmp/raw"
+for round in $(seq "$ROUNDS"); do
+  if [ "$round" = 1 ]; then "$BUILD/bench_tensor"; else "$BUILD/bench_tensor" matmul; fi >>"$tmp/raw"
+  "$BUILD/moonrl" run scripts/bench_tensor.lua $([ "$round" = 1 ] || echo matmul) >>"$tmp/raw"
+  # OpenBLAS linked the usual way: its own detection, then each core type forced
+  env -u OPENBLAS_CORETYPE "$BUILD/bench_stock_blas" | sed 's/^stock/detected/' >>"$tmp/raw"
+  for core in Prescott Haswell SkylakeX; do
+    OPENBLAS_CORETYPE=$core "$BUILD/bench_stock_blas" | sed "s/^stock/$core/" >>"$tmp/raw"
+  done
 done
+medians <"$tmp/raw" >"$tmp/all"
+grep -v -E '^(detected|Prescott|Haswell|SkylakeX)' "$tmp/all" | grep -v '^lua_' >"$tmp/c" || true
+grep '^lua_' "$tmp/all" >"$tmp/lua" || true
+grep -E '^(detected|Prescott|Haswell|SkylakeX)' "$tmp/all" >"$tmp/stock" || true
 
 echo "== machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //')"
 awk -F'\t' '$1 == "blas" { printf "== engine: OpenBLAS core %s (chosen by %s), %s threads\n", $2, $3, $4 }' "$tmp/c"
 awk -F'\t' '$1 == "detected" && $2 == "core" { printf "== OpenBLAS linked normally, no OPENBLAS_CORETYPE, detects: %s\n", $3 }' "$tmp/stock"
 echo
-echo "sgemm n x n x n, float32, GFLOPS. 'direct' calls cblas_sgemm of the OpenBLAS the engine loaded,"
-echo "in the same process, alternating with the engine's calls."
+echo "sgemm n x n x n, float32, GFLOPS (median of $ROUNDS rounds of medians of 9 samples). 'direct'"
+echo "calls cblas_sgemm of the OpenBLAS the engine loaded, in the same process, alternating with"
+echo "the engine's calls."
 cat "$tmp/c" "$tmp/lua" | awk -F'\t' '
   $1 == "matmul"     { direct[$2] = $3; engine[$2] = $4; order[++k] = $2 }
   $1 == "lua_matmul" { lua[$2] = $3 }
@@ -80,7 +97,6 @@ cat "$tmp/c" "$tmp/lua" | awk -F'\t' '
   $1 == "lua_elementwise" { printf "  %-22s Lua %7.1f\n", $2, $3 }'
 
 # ---- the policy model: training and sampling, moonrl and PyTorch alternating ----
-ROUNDS=${BENCH_ROUNDS:-3}
 core=$(awk -F'\t' '$1 == "blas" { print $2 }' "$tmp/c")
 have_torch=0
 /usr/bin/python3 -c 'import torch' 2>/dev/null && have_torch=1
