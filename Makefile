@@ -160,7 +160,7 @@ FUZZ_SRC     := tests/fuzz/fuzz_safetensors.c engine/src/safetensors.c engine/sr
 
 .PHONY: fuzz
 fuzz:
-	@sh scripts/deps_fuzz.sh
+	@sh scripts/deps.sh clang libclang-rt-14-dev
 	@mkdir -p $(FUZZ_DIR)
 	clang -std=c11 -O1 -g -Wall -Wextra -Werror -D_POSIX_C_SOURCE=200809L \
 	  -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined -Iengine/include \

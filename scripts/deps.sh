@@ -1,10 +1,12 @@
 #!/bin/sh
 # deps.sh - installs the Debian packages moonrl needs that are missing (as root), or prints the
 # command to run. Quiet when everything is present. Used by `make deps` (and so by make, make test,
-# make demo).
+# make demo); with package names as arguments it checks those instead (`make fuzz` passes clang
+# and its runtime libraries).
 set -eu
 PACKAGES="gcc make pkg-config lua5.4 liblua5.4-dev luajit libluajit-5.1-dev libopenblas-dev
 libcurl4-openssl-dev lua-lpeg lua-busted lua-cjson libseccomp-dev libreadline-dev tmux binutils"
+[ $# -gt 0 ] && PACKAGES="$*"
 missing=""
 for p in $PACKAGES; do
   status=$(dpkg-query -W -f='${Status}' "$p" 2>/dev/null || true)

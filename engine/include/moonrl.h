@@ -281,7 +281,9 @@ MRL_API void mrl_safetensors_close(mrl_safetensors *f);
 MRL_API int64_t mrl_safetensors_count(const mrl_safetensors *f); /* -1 for NULL */
 /* Name of tensor i (0-based, in file order). Borrowed: valid until close. NULL if out of range. */
 MRL_API const char *mrl_safetensors_name(const mrl_safetensors *f, int64_t i);
-/* Dtype and shape of a named tensor; shape needs room for MRL_MAX_RANK entries. */
+/* Dtype and shape of a named tensor (any output may be NULL); shape needs room for
+ * MRL_MAX_RANK entries. An unknown name fails with MRL_ERR_INVALID; a tensor of a dtype other
+ * than F32/F16/BF16 (listed, but not readable) with MRL_ERR_UNSUPPORTED. */
 MRL_API mrl_status mrl_safetensors_info(const mrl_safetensors *f, const char *name,
                                         mrl_dtype *dtype, int *rank, int64_t *shape);
 /* Reads a named tensor converted to float32. *out: caller owns, mrl_tensor_free. */
@@ -289,7 +291,9 @@ MRL_API mrl_status mrl_safetensors_read(mrl_safetensors *f, const char *name, mr
 /* Metadata value for key ("__metadata__" entries), or NULL. Borrowed: valid until close. */
 MRL_API const char *mrl_safetensors_metadata(const mrl_safetensors *f, const char *key);
 /* Writes count named tensors (and optional metadata key/value pairs) atomically: a temporary
- * file in the same directory, fsync, rename. A crash never leaves a partial file at path. */
+ * file in the same directory, fsync, rename. A crash never leaves a partial file at path. Names
+ * must be unique, valid UTF-8 and not "__metadata__"; dtype is F32 or BF16 (F16 fails with
+ * MRL_ERR_UNSUPPORTED). */
 MRL_API mrl_status mrl_safetensors_write(mrl_engine *e, const char *path, int64_t count,
                                          const char *const *names, mrl_tensor *const *tensors,
                                          mrl_dtype dtype, int64_t metadata_count,
@@ -356,7 +360,8 @@ MRL_API mrl_status mrl_model_save(mrl_model *m, const char *dir, mrl_dtype dtype
  * step, and the caller's `step` and RNG state (`rng` may be NULL). */
 MRL_API mrl_status mrl_model_save_checkpoint(mrl_model *m, const char *path, int64_t step,
                                              const mrl_rng *rng);
-/* Restores a checkpoint written for the same configuration into m (and rng when not NULL). */
+/* Restores a checkpoint written for the same configuration into m (and rng when not NULL;
+ * step may be NULL). Everything is checked before m changes: a failed load leaves it as it was. */
 MRL_API mrl_status mrl_model_load_checkpoint(mrl_model *m, const char *path, int64_t *step,
                                              mrl_rng *rng);
 

@@ -154,7 +154,7 @@ static bool read_hex4(parser *ps, unsigned *out) {
   return true;
 }
 
-static size_t put_utf8(char *dst, unsigned cp) {
+size_t mrl__utf8_encode(char *dst, uint32_t cp) {
   if (cp < 0x80) {
     dst[0] = (char)cp;
     return 1;
@@ -221,7 +221,7 @@ static bool parse_string(parser *ps, const char **out, size_t *out_len) {
           ps->p = save; /* a lone high surrogate: kept as it is (WTF-8), like the pair's half */
       }
       /* 6 escaped bytes (or 12 for a pair) always hold the 3 (or 4) UTF-8 bytes */
-      n += put_utf8(dst + n, cp);
+      n += mrl__utf8_encode(dst + n, cp);
       break;
     }
     default: return fail(ps, MRL_ERR_INVALID, "bad escape in string");

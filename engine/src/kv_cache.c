@@ -183,21 +183,8 @@ static void run_attention(mrl_kv_cache *c, int layer, int slot, int64_t r0, int 
     /* scores (count, keys) = q k^T over the slot's cached keys */
     mrl__gemm(false, true, count, keys, hd, scale, q, qkv_w, K + (int64_t)g * hd, m->kv_dim, 0.0f,
               c->scores, keys);
-    for (int i = 0; i < count; i++) {
-      float *row = c->scores + (int64_t)i * keys;
-      int last = first + i; /* causal: keys 0..last */
-      float mx = row[0];
-      for (int s = 1; s <= last; s++)
-        if (row[s] > mx) mx = row[s];
-      double sum = 0.0;
-      for (int s = 0; s <= last; s++) {
-        row[s] = expf(row[s] - mx);
-        sum += row[s];
-      }
-      float inv = (float)(1.0 / sum);
-      for (int s = 0; s <= last; s++) row[s] *= inv;
-      for (int s = last + 1; s < keys; s++) row[s] = 0.0f;
-    }
+    for (int i = 0; i < count; i++) /* row i sees keys 0 .. first + i */
+      mrl__softmax_causal(c->scores + (int64_t)i * keys, first + i, keys);
     mrl__gemm(false, false, count, hd, keys, 1.0f, c->scores, keys, Vv + (int64_t)g * hd,
               m->kv_dim, 0.0f, c->attn + r0 * m->q_dim + (int64_t)h * hd, m->q_dim);
   }

@@ -267,8 +267,7 @@ int mrl__model_find_param(const mrl_model *m, const char *name) {
   return -1;
 }
 
-/* A view of one parameter's block of a flat buffer, shaped as the parameter. */
-static mrl_status buffer_view(const mrl_param *p, mrl_tensor *buffer, mrl_tensor **out) {
+mrl_status mrl__model_param_view(const mrl_param *p, mrl_tensor *buffer, mrl_tensor **out) {
   mrl_tensor *flat;
   mrl_status st = mrl_tensor_narrow(buffer, 0, p->offset, p->numel, &flat);
   if (st) return st;
@@ -287,8 +286,8 @@ mrl_status mrl_model_param(mrl_model *m, int i, const char **name, mrl_tensor **
   const mrl_param *p = &m->params[i];
   mrl_tensor *w = NULL, *g = NULL;
   mrl_status st;
-  if (weights && (st = buffer_view(p, m->weights_t, &w))) return st;
-  if (grads && (st = buffer_view(p, m->grads_t, &g))) {
+  if (weights && (st = mrl__model_param_view(p, m->weights_t, &w))) return st;
+  if (grads && (st = mrl__model_param_view(p, m->grads_t, &g))) {
     mrl_tensor_free(w);
     return st;
   }

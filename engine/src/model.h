@@ -107,6 +107,10 @@ enum { MRL_ATTN_BLOCK = 128 };
 void mrl__gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const float *a,
                int64_t lda, const float *b, int64_t ldb, float beta, float *c, int64_t ldc);
 
+/* A view of one parameter's block of a flat buffer (weights_t, grads_t, ...), shaped as the
+ * parameter. *out: caller owns. */
+mrl_status mrl__model_param_view(const mrl_param *p, mrl_tensor *buffer, mrl_tensor **out);
+
 /* Index of the parameter with this Hugging Face name, or -1. */
 int mrl__model_find_param(const mrl_model *m, const char *name);
 
@@ -131,6 +135,8 @@ void mrl__rmsnorm_apply(float *out, const float *rstd, const float *x, const flo
                         int64_t d);
 void mrl__rope(float *v, int heads, int hd, const float *cos_t, const float *sin_t, float sign);
 void mrl__swiglu(float *hidden, const float *gate_up, int64_t n, int64_t f);
+/* row[0..last] = softmax(row[0..last]) in place, row[last + 1 .. width) = 0. */
+void mrl__softmax_causal(float *row, int last, int width);
 mrl_status mrl__model_check_head(mrl_model *m, const char *fn, const int32_t *targets);
 void mrl__model_head_logits(mrl_model *m, float *out, int64_t r0, int64_t rows);
 void mrl__row_stats(const float *z, int64_t V, float *lse, float *entropy);

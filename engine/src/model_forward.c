@@ -62,6 +62,20 @@ void mrl__rope(float *v, int heads, int hd, const float *cos_t, const float *sin
   }
 }
 
+void mrl__softmax_causal(float *row, int last, int width) {
+  float mx = row[0];
+  for (int s = 1; s <= last; s++)
+    if (row[s] > mx) mx = row[s];
+  double sum = 0.0;
+  for (int s = 0; s <= last; s++) {
+    row[s] = expf(row[s] - mx);
+    sum += row[s];
+  }
+  float inv = (float)(1.0 / sum);
+  for (int s = 0; s <= last; s++) row[s] *= inv;
+  for (int s = last + 1; s < width; s++) row[s] = 0.0f; /* causal (and padding) mask */
+}
+
 /* hidden (n, f) = silu(gate) * up, from rows of gate | up (n, 2f) */
 void mrl__swiglu(float *hidden, const float *gate_up, int64_t n, int64_t f) {
   for (int64_t i = 0; i < n; i++) {
@@ -166,20 +180,7 @@ static void attention_forward(mrl_model *m, float *out, float *probs, const floa
       mrl__gemm(false, true, r1 - r0, r1, hd, scale, q + (int64_t)r0 * stride, stride, k, stride,
                 0.0f, p + (int64_t)r0 * T, T);
     }
-    for (int t = 0; t < len; t++) {
-      float *row = p + (int64_t)t * T;
-      float mx = row[0];
-      for (int s = 1; s <= t; s++)
-        if (row[s] > mx) mx = row[s];
-      double sum = 0.0;
-      for (int s = 0; s <= t; s++) {
-        row[s] = expf(row[s] - mx);
-        sum += row[s];
-      }
-      float inv = (float)(1.0 / sum);
-      for (int s = 0; s <= t; s++) row[s] *= inv;
-      for (int s = t + 1; s < T; s++) row[s] = 0.0f; /* causal (and padding) mask */
-    }
+    for (int t = 0; t < len; t++) mrl__softmax_causal(p + (int64_t)t * T, t, T);
     for (int t = len; t < T; t++) memset(p + (int64_t)t * T, 0, sizeof(float) * (size_t)T);
     /* out_t = sum_s p[t][s] v_s over the real positions; padded rows stay zero */
     float *o = out + (int64_t)b * T * m->q_dim + (int64_t)h * hd;

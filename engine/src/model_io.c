@@ -514,15 +514,6 @@ mrl_status mrl_model_load(mrl_engine *e, const char *dir, mrl_model **out) {
 
 /* ---- writing weights ---- */
 
-/* A view of one parameter's block of a flat buffer, shaped as the parameter. */
-static mrl_status param_view(const mrl_param *p, mrl_tensor *buffer, mrl_tensor **out) {
-  mrl_tensor *flat;
-  mrl_status st = mrl_tensor_narrow(buffer, 0, p->offset, p->numel, &flat);
-  if (st) return st;
-  st = mrl_tensor_reshape(flat, p->rank, p->shape, out);
-  mrl_tensor_free(flat);
-  return st;
-}
 
 /* The tensors of a file being written: names and views of the model's buffers. */
 typedef struct {
@@ -551,7 +542,7 @@ static mrl_status list_init(tensor_list *l, mrl_engine *e, const char *fn, int c
 
 static mrl_status list_add(tensor_list *l, const char *prefix, const mrl_param *p,
                            mrl_tensor *buffer) {
-  mrl_status st = param_view(p, buffer, &l->tensors[l->n]);
+  mrl_status st = mrl__model_param_view(p, buffer, &l->tensors[l->n]);
   if (st) return st;
   snprintf(l->name_buf[l->n], OPT_NAME_CAP, "%s%s", prefix, p->name);
   l->names[l->n] = l->name_buf[l->n];

@@ -1,6 +1,7 @@
 /* tokenizer_text.c - text handling for the tokenizers: UTF-8 decoding that keeps invalid bytes,
  * NFC normalization, and the pre-tokenizer split patterns of GPT-2, Llama-3 and Qwen2/Qwen3
  * written as hand-made matchers instead of a regex engine. */
+#include "json.h"
 #include "tokenizer_internal.h"
 #include "unicode_tables.h"
 
@@ -72,28 +73,6 @@ size_t mrl__utf8_decode(const unsigned char *s, size_t n, uint32_t *cp) {
   return need + 1;
 }
 
-static size_t utf8_encode(char *dst, uint32_t cp) {
-  if (cp < 0x80) {
-    dst[0] = (char)cp;
-    return 1;
-  }
-  if (cp < 0x800) {
-    dst[0] = (char)(0xC0 | (cp >> 6));
-    dst[1] = (char)(0x80 | (cp & 0x3F));
-    return 2;
-  }
-  if (cp < 0x10000) {
-    dst[0] = (char)(0xE0 | (cp >> 12));
-    dst[1] = (char)(0x80 | ((cp >> 6) & 0x3F));
-    dst[2] = (char)(0x80 | (cp & 0x3F));
-    return 3;
-  }
-  dst[0] = (char)(0xF0 | (cp >> 18));
-  dst[1] = (char)(0x80 | ((cp >> 12) & 0x3F));
-  dst[2] = (char)(0x80 | ((cp >> 6) & 0x3F));
-  dst[3] = (char)(0x80 | (cp & 0x3F));
-  return 4;
-}
 
 /* ---- NFC ---- */
 
@@ -213,7 +192,7 @@ static mrl_status flush_cps(mrl_engine *e, mrl_nfc_scratch *s, size_t n, mrl_tok
   n = compose(s->cps, n);
   if (!mrl__tok_reserve(e, (void **)&out->v, &out->cap, out->n + 4 * n, 1, out->n))
     return MRL_ERR_NOMEM;
-  for (size_t i = 0; i < n; i++) out->n += utf8_encode(out->v + out->n, s->cps[i]);
+  for (size_t i = 0; i < n; i++) out->n += mrl__utf8_encode(out->v + out->n, s->cps[i]);
   return MRL_OK;
 }
 

@@ -1048,6 +1048,10 @@ Tensor = ffi.metatype("struct moonrl_ffi_tensor", {
 local rl = {
   version = lib_version, -- engine version string, e.g. "0.1.0"
   tensor = tensor,       -- constructors: zeros, ones, full, randn, rand, arange, from, matmul
+  -- the whole C API (mrl_model_*, mrl_tokenizer_*, ...) for what has no Lua wrapper here yet,
+  -- with the module's engine to create things from; a tensor's mrl_tensor * is t.handle
+  C = lib,
+  engine = engine,
 }
 
 -- rl.blas_info() -> {core=, threads=, config=, source=, recommended=}

@@ -1,9 +1,13 @@
 /* support.c - helpers shared by the engine's C unit tests (see support.h). */
+#define _DEFAULT_SOURCE /* mkdtemp, lstat */
 #include "support.h"
 
+#include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 void must_ok(mrl_status st, const char *expr, int line) {
   if (st == MRL_OK) return;
@@ -27,4 +31,68 @@ void check_failure(mrl_engine *e, mrl_status got, mrl_status want, const char *n
            msg, needle);
   CHECKF(mrl_engine_memory_used(e) == used_before, "line %d: %s: memory went from %zu to %zu",
          line, expr, used_before, mrl_engine_memory_used(e));
+}
+
+const char *temp_dir(void) {
+  static char root[64];
+  snprintf(root, sizeof root, "/tmp/moonrl-test-XXXXXX");
+  if (!mkdtemp(root)) {
+    printf("Bail out! mkdtemp failed\n");
+    exit(1);
+  }
+  return root;
+}
+
+void remove_tree(const char *path) {
+  struct stat sb;
+  if (lstat(path, &sb) != 0) return;
+  if (S_ISDIR(sb.st_mode)) {
+    DIR *d = opendir(path);
+    if (d) {
+      struct dirent *de;
+      while ((de = readdir(d))) {
+        if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0) continue;
+        char sub[4096];
+        snprintf(sub, sizeof sub, "%s/%s", path, de->d_name);
+        remove_tree(sub);
+      }
+      closedir(d);
+    }
+    rmdir(path);
+  } else {
+    unlink(path);
+  }
+}
+
+int count_entries(const char *dir) {
+  DIR *d = opendir(dir);
+  int n = 0;
+  if (!d) return -1;
+  struct dirent *de;
+  while ((de = readdir(d)))
+    if (strcmp(de->d_name, ".") != 0 && strcmp(de->d_name, "..") != 0) n++;
+  closedir(d);
+  return n;
+}
+
+void write_bytes(const char *path, const void *p, size_t n) {
+  FILE *fp = fopen(path, "wb");
+  if (!fp || fwrite(p, 1, n, fp) != n) {
+    printf("Bail out! cannot write %s\n", path);
+    exit(1);
+  }
+  fclose(fp);
+}
+
+unsigned char *read_bytes(const char *path, size_t *n) {
+  FILE *fp = fopen(path, "rb");
+  if (!fp) return NULL;
+  fseek(fp, 0, SEEK_END);
+  long len = ftell(fp);
+  fseek(fp, 0, SEEK_SET);
+  unsigned char *p = malloc((size_t)len + 1);
+  *n = p ? fread(p, 1, (size_t)len, fp) : 0;
+  if (p) p[*n] = 0;
+  fclose(fp);
+  return p;
 }

@@ -31,4 +31,16 @@ mrl_engine *new_engine(void);
 void check_failure(mrl_engine *e, mrl_status got, mrl_status want, const char *needle,
                    size_t used_before, const char *expr, int line);
 
+/* Files for tests that read and write them. */
+/* A new empty directory under /tmp (a static buffer, valid until the next call). */
+const char *temp_dir(void);
+/* Removes a file or a directory tree. */
+void remove_tree(const char *path);
+/* Entries in a directory other than . and .., or -1 if it cannot be read. */
+int count_entries(const char *dir);
+/* Writes n bytes to path (bails out on failure). */
+void write_bytes(const char *path, const void *p, size_t n);
+/* The whole file (NUL-terminated for convenience), or NULL; caller frees. */
+unsigned char *read_bytes(const char *path, size_t *n);
+
 #endif /* MRL_TEST_SUPPORT_H */

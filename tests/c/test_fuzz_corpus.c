@@ -11,17 +11,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-static unsigned char *read_file(const char *path, size_t *n) {
-  FILE *fp = fopen(path, "rb");
-  if (!fp) return NULL;
-  fseek(fp, 0, SEEK_END);
-  long len = ftell(fp);
-  fseek(fp, 0, SEEK_SET);
-  unsigned char *p = malloc((size_t)len + 1);
-  *n = fread(p, 1, (size_t)len, fp);
-  fclose(fp);
-  return p;
-}
 
 static void test_corpus(void) {
   const char *root = getenv("MOONRL_ROOT");
@@ -37,7 +26,7 @@ static void test_corpus(void) {
     char path[2048];
     snprintf(path, sizeof path, "%s/%s", dir, de->d_name);
     size_t n = 0;
-    unsigned char *data = read_file(path, &n);
+    unsigned char *data = read_bytes(path, &n);
     if (!CHECKF(data != NULL, "cannot read %s", path)) continue;
     LLVMFuzzerTestOneInput(data, n);
     mrl_safetensors *f = NULL;

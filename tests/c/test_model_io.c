@@ -21,48 +21,8 @@ static void finish(mrl_engine *e) {
   mrl_engine_free(e);
 }
 
-static char tmp_root[64];
 
-static const char *temp_dir(void) {
-  snprintf(tmp_root, sizeof tmp_root, "/tmp/moonrl-io-XXXXXX");
-  if (!mkdtemp(tmp_root)) {
-    printf("Bail out! mkdtemp failed\n");
-    exit(1);
-  }
-  return tmp_root;
-}
 
-static void remove_tree(const char *path) {
-  struct stat sb;
-  if (lstat(path, &sb) != 0) return;
-  if (S_ISDIR(sb.st_mode)) {
-    DIR *d = opendir(path);
-    if (d) {
-      struct dirent *de;
-      while ((de = readdir(d))) {
-        if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0) continue;
-        char sub[4096];
-        snprintf(sub, sizeof sub, "%s/%s", path, de->d_name);
-        remove_tree(sub);
-      }
-      closedir(d);
-    }
-    rmdir(path);
-  } else {
-    unlink(path);
-  }
-}
-
-static int count_entries(const char *dir) {
-  DIR *d = opendir(dir);
-  int n = 0;
-  if (!d) return -1;
-  struct dirent *de;
-  while ((de = readdir(d)))
-    if (strcmp(de->d_name, ".") != 0 && strcmp(de->d_name, "..") != 0) n++;
-  closedir(d);
-  return n;
-}
 
 static void write_text(const char *dir, const char *name, const char *text) {
   char path[512];

@@ -76,71 +76,10 @@ static mrl_status parse(mrl_engine *e, bytes b, mrl_safetensors **f) {
 #define REFUSES_HEADER(e, header, data_len, needle)                                                \
   REFUSES(e, -1, header, data_len, MRL_ERR_INVALID, needle)
 
-static char tmp_root[64];
 
-/* A fresh directory for one test (removed by remove_tree). */
-static const char *temp_dir(void) {
-  snprintf(tmp_root, sizeof tmp_root, "/tmp/moonrl-st-XXXXXX");
-  if (!mkdtemp(tmp_root)) {
-    printf("Bail out! mkdtemp failed\n");
-    exit(1);
-  }
-  return tmp_root;
-}
 
-static void remove_tree(const char *path) {
-  struct stat sb;
-  if (lstat(path, &sb) != 0) return;
-  if (S_ISDIR(sb.st_mode)) {
-    DIR *d = opendir(path);
-    if (d) {
-      struct dirent *de;
-      while ((de = readdir(d))) {
-        if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0) continue;
-        char sub[4096];
-        snprintf(sub, sizeof sub, "%s/%s", path, de->d_name);
-        remove_tree(sub);
-      }
-      closedir(d);
-    }
-    rmdir(path);
-  } else {
-    unlink(path);
-  }
-}
 
-static int count_entries(const char *dir) {
-  DIR *d = opendir(dir);
-  int n = 0;
-  if (!d) return -1;
-  struct dirent *de;
-  while ((de = readdir(d)))
-    if (strcmp(de->d_name, ".") != 0 && strcmp(de->d_name, "..") != 0) n++;
-  closedir(d);
-  return n;
-}
 
-static void write_bytes(const char *path, const void *p, size_t n) {
-  FILE *fp = fopen(path, "wb");
-  if (!fp || fwrite(p, 1, n, fp) != n) {
-    printf("Bail out! cannot write %s\n", path);
-    exit(1);
-  }
-  fclose(fp);
-}
-
-/* The whole file; caller frees. */
-static unsigned char *read_bytes(const char *path, size_t *n) {
-  FILE *fp = fopen(path, "rb");
-  if (!fp) return NULL;
-  fseek(fp, 0, SEEK_END);
-  long len = ftell(fp);
-  fseek(fp, 0, SEEK_SET);
-  unsigned char *p = malloc((size_t)len + 1);
-  *n = fread(p, 1, (size_t)len, fp);
-  fclose(fp);
-  return p;
-}
 
 static mrl_tensor *tensor_of(mrl_engine *e, int rank, const int64_t *shape, const float *v,
                              size_t n) {
