@@ -267,8 +267,10 @@ mrl_status mrl_kv_cache_append(mrl_kv_cache *c, int n, const int *slots, const i
       memcpy(cache_row(c, c->values, l, c->row_slot[r], pos), row + m->q_dim + m->kv_dim,
              sizeof(float) * (size_t)m->kv_dim);
     }
+    int threads = mrl__blas_single();
     for (int i = 0, r0 = 0; i < n; r0 += counts[i], i++)
       run_attention(c, l, slots[i], r0, counts[i]);
+    mrl__blas_restore(threads);
     mrl__gemm(false, true, R, D, m->q_dim, 1.0f, c->attn, m->q_dim, W + P->wo, m->q_dim, 1.0f,
               c->x, D);
     rmsnorm_rows(c->xn, c->x, W + P->mlp_norm, R, D, cfg->norm_eps);

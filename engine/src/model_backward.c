@@ -181,10 +181,12 @@ mrl_status mrl_model_backward(mrl_model *m, const int32_t *targets, const float 
     /* attention: x_mid = x + attn Wo^T */
     linear_backward(dattn, G + P->wo, dmid, attn, W + P->wo, n, m->q_dim, D, m->q_dim, D, false);
     memset(dqkv, 0, sizeof(float) * (size_t)(n * qkv_w));
+    int threads = mrl__blas_single();
     for (int b = 0; b < B; b++)
       attention_backward(m, dqkv, dprobs, dattn, qkv, a->probs + l * probs_per_layer +
                                                           (int64_t)b * c->heads * T * T,
                          b, T, a->lengths[b]);
+    mrl__blas_restore(threads);
     for (int64_t i = 0; i < n; i++) {
       float *row = dqkv + i * qkv_w;
       int64_t pos = i % T;

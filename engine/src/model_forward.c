@@ -286,9 +286,11 @@ mrl_status mrl_model_forward(mrl_model *m, const int32_t *tokens, const int32_t 
       mrl__rope(row, c->heads, m->head_dim, cs, sn, 1.0f);
       mrl__rope(row + m->q_dim, c->kv_heads, m->head_dim, cs, sn, 1.0f);
     }
+    int threads = mrl__blas_single();
     for (int b = 0; b < batch; b++)
       attention_forward(m, attn, a->probs + l * probs + (int64_t)b * c->heads * T * T, qkv, b,
                         (int)T, lengths[b]);
+    mrl__blas_restore(threads);
     /* x_mid = x + attn Wo^T */
     memcpy(x_mid, x, sizeof(float) * (size_t)(n * D));
     mrl__gemm(false, true, n, D, m->q_dim, 1.0f, attn, m->q_dim, W + P->wo, m->q_dim, 1.0f, x_mid,
