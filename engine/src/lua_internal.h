@@ -39,6 +39,8 @@ int mrl__lua_raise(lua_State *L, mrl_engine *e, mrl_status st, int arg);
 /* Model class (lua_model.c): pushes the `model` table. */
 void mrl__lua_open_model(lua_State *L);
 void mrl__lua_open_tokenizer(lua_State *L); /* lua_tokenizer.c: sets field `tokenizer` */
+/* The tokenizer at idx, or NULL when it is not a (live) rl.tokenizer. */
+mrl_tokenizer *mrl__lua_test_tokenizer(lua_State *L, int idx);
 
 /* Embedded Lua modules (generated from the files in lua/moonrl/): registers package.preload entries. */
 void mrl__lua_preload_embedded(lua_State *L);

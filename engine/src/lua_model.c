@@ -449,9 +449,69 @@ static mrl_kv_cache *generation_cache(lua_State *L, lmodel *b, int slots, int ca
   return b->cache;
 }
 
+/* Stop strings: the tail of each sequence's generated text (enough to hold the longest stop
+ * string plus the newest token's bytes), searched after every token. */
+enum { STOP_STRINGS_MAX = 16, STOP_TAIL = 512 };
+typedef struct {
+  mrl_tokenizer *tok;
+  int n;
+  const char *text[STOP_STRINGS_MAX];
+  size_t len[STOP_STRINGS_MAX], longest;
+} stop_strings;
+
+static void read_stop_strings(lua_State *L, int opts, stop_strings *ss) {
+  memset(ss, 0, sizeof *ss);
+  int type = lua_getfield(L, opts, "stop_strings");
+  if (type == LUA_TNIL) {
+    lua_pop(L, 1);
+    return;
+  }
+  if (type != LUA_TTABLE) luaL_argerror(L, opts, "stop_strings: table of strings expected");
+  lua_Integer n = luaL_len(L, -1);
+  if (n > STOP_STRINGS_MAX) luaL_argerror(L, opts, "stop_strings: at most 16 strings");
+  for (int i = 0; i < n; i++) {
+    lua_geti(L, -1, i + 1);
+    size_t len;
+    const char *text = lua_type(L, -1) == LUA_TSTRING ? lua_tolstring(L, -1, &len) : NULL;
+    if (!text || len == 0 || len > STOP_TAIL / 2)
+      luaL_argerror(L, opts, "stop_strings: non-empty strings of at most 256 bytes expected");
+    ss->text[i] = text; /* kept alive by the options table */
+    ss->len[i] = len;
+    if (len > ss->longest) ss->longest = len;
+    lua_pop(L, 1);
+  }
+  ss->n = (int)n;
+  lua_pop(L, 1);
+  if (ss->n == 0) return;
+  lua_getfield(L, opts, "tokenizer");
+  ss->tok = mrl__lua_test_tokenizer(L, -1);
+  lua_pop(L, 1);
+  if (!ss->tok) luaL_argerror(L, opts, "tokenizer: stop_strings need the rl.tokenizer to decode with");
+}
+
+/* Appends the token's bytes to a sequence's tail (tail has STOP_TAIL bytes, *used of them) and
+ * reports whether a stop string now ends inside the new bytes or spans into them. */
+static bool hits_stop_string(const stop_strings *ss, char *tail, size_t *used, int32_t token) {
+  char bytes[STOP_TAIL];
+  size_t len = 0;
+  if (mrl_tokenizer_decode(ss->tok, &token, 1, bytes, sizeof bytes, &len) != MRL_OK) return false;
+  if (len >= sizeof bytes) len = sizeof bytes - 1; /* a token this long keeps its first part */
+  size_t keep = ss->longest - 1 < *used ? ss->longest - 1 : *used;
+  if (keep + len > STOP_TAIL) keep = STOP_TAIL - len;
+  memmove(tail, tail + *used - keep, keep);
+  memcpy(tail + keep, bytes, len);
+  *used = keep + len;
+  for (int i = 0; i < ss->n; i++)
+    for (size_t at = 0; at + ss->len[i] <= *used; at++)
+      if (memcmp(tail + at, ss->text[i], ss->len[i]) == 0) return true;
+  return false;
+}
+
 /* m:generate{prompts = {{ids}, ...}, max_new_tokens = 64, temperature = 1, top_k = 0,
- * top_p = 1, min_p = 0, seed = 0, stop = {ids}} -> {tokens = {{...}}, logprobs = {{...}},
- * stop = {"stop"|"length", ...}}. Sequence i samples with seed + i - 1. */
+ * top_p = 1, min_p = 0, seed = 0, stop = {ids}, stop_strings = {...}, tokenizer = tok} ->
+ * {tokens = {{...}}, logprobs = {{...}}, stop = {"stop"|"length", ...}}. Sequence i samples with
+ * seed + i - 1. A sequence stops after the token that completes a stop id or a stop string (the
+ * token is kept). */
 static int m_generate(lua_State *L) {
   lmodel *lm = check_lmodel(L, 1);
   mrl_model *m = lm->m;
@@ -485,6 +545,8 @@ static int m_generate(lua_State *L) {
     return luaL_argerror(L, 2, "stop: table of token ids expected");
   }
   lua_pop(L, 1);
+  stop_strings ss;
+  read_stop_strings(L, 2, &ss);
   int longest = 0;
   for (int b = 0; b < tb.batch; b++) longest = tb.lengths[b] > longest ? tb.lengths[b] : longest;
   int64_t capacity = longest + max_new;
@@ -520,6 +582,9 @@ static int m_generate(lua_State *L) {
   for (int b = 0; b < tb.batch; b++) active[b] = b;
   int32_t *tok = lua_newuserdatauv(L, sizeof(int32_t) * (size_t)tb.batch, 0);
   float *lp = lua_newuserdatauv(L, sizeof(float) * (size_t)tb.batch, 0);
+  char *tails = ss.n ? lua_newuserdatauv(L, (size_t)STOP_TAIL * (size_t)tb.batch, 0) : NULL;
+  size_t *tail_used = ss.n ? lua_newuserdatauv(L, sizeof(size_t) * (size_t)tb.batch, 0) : NULL;
+  for (int b = 0; ss.n && b < tb.batch; b++) tail_used[b] = 0;
   for (lua_Integer step = 0; step < max_new && nactive > 0; step++) {
     if ((st = mrl_kv_cache_sample(c, nactive, active, &s, tok, lp))) return raise_model(L, m, st, 2);
     int keep = 0;
@@ -535,6 +600,8 @@ static int m_generate(lua_State *L) {
       lua_pop(L, 1);
       bool stopped = false;
       for (int k = 0; k < nstop; k++) stopped = stopped || tok[i] == stop[k];
+      if (ss.n && hits_stop_string(&ss, tails + (size_t)b * STOP_TAIL, &tail_used[b], tok[i]))
+        stopped = true;
       bool full = mrl_kv_cache_length(c, b) >= capacity;
       if (stopped || full || step + 1 == max_new) {
         lua_pushstring(L, stopped ? "stop" : "length");
@@ -558,6 +625,41 @@ static int m_generate(lua_State *L) {
   lua_setfield(L, -2, "logprobs");
   lua_pushvalue(L, out_reason);
   lua_setfield(L, -2, "stop");
+  return 1;
+}
+
+/* ---- checkpoints ---- */
+
+/* m:save_checkpoint(path [, step]) -> true, or nil and a message: weights, AdamW state and the
+ * step, in one file written atomically. */
+static int m_save_checkpoint(lua_State *L) {
+  mrl_model *m = check_model(L, 1);
+  const char *path = luaL_checkstring(L, 2);
+  lua_Integer step = luaL_optinteger(L, 3, 0);
+  mrl_status st = mrl_model_save_checkpoint(m, path, step, NULL);
+  if (st) {
+    luaL_pushfail(L);
+    lua_pushstring(L, mrl_engine_last_error(m->engine));
+    mrl_engine_clear_error(m->engine);
+    return 2;
+  }
+  lua_pushboolean(L, 1);
+  return 1;
+}
+
+/* m:load_checkpoint(path) -> step, or nil and a message (the model is unchanged then). */
+static int m_load_checkpoint(lua_State *L) {
+  mrl_model *m = check_model(L, 1);
+  const char *path = luaL_checkstring(L, 2);
+  int64_t step = 0;
+  mrl_status st = mrl_model_load_checkpoint(m, path, &step, NULL);
+  if (st) {
+    luaL_pushfail(L);
+    lua_pushstring(L, mrl_engine_last_error(m->engine));
+    mrl_engine_clear_error(m->engine);
+    return 2;
+  }
+  lua_pushinteger(L, step);
   return 1;
 }
 
@@ -612,7 +714,8 @@ static const luaL_Reg model_methods[] = {
     {"save", m_save},           {"config", m_config},       {"logits", m_logits},
     {"logprobs", m_logprobs},   {"accumulate", m_accumulate}, {"step", m_step},
     {"sft_step", m_sft_step},   {"generate", m_generate},   {"parameters", m_parameters},
-    {"gradients", m_gradients}, {"free", m_free},           {NULL, NULL}};
+    {"gradients", m_gradients}, {"save_checkpoint", m_save_checkpoint},
+    {"load_checkpoint", m_load_checkpoint}, {"free", m_free}, {NULL, NULL}};
 
 static const luaL_Reg model_meta[] = {
     {"__gc", m_free}, {"__close", m_free}, {"__tostring", m_tostring}, {NULL, NULL}};

@@ -19,6 +19,11 @@ static mrl_tokenizer *check_tokenizer(lua_State *L) {
   return b->t;
 }
 
+mrl_tokenizer *mrl__lua_test_tokenizer(lua_State *L, int idx) {
+  tokenizer_box *b = luaL_testudata(L, idx, TOKENIZER_MT);
+  return b ? b->t : NULL;
+}
+
 /* A new empty box on the stack: the tokenizer goes into it as soon as it exists, so an error
  * raised afterwards cannot leak it. */
 static tokenizer_box *new_box(lua_State *L) {

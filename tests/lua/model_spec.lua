@@ -136,6 +136,28 @@ describe("generation", function()
     assert.are.equal(5, #g.tokens[1])
   end)
 
+  it("stops on a stop string spanning tokens, with the tokenizer to decode with", function()
+    local tok = rl.tokenizer.bytes()
+    local free = m:generate { prompts = { prompts[1] }, max_new_tokens = 12, temperature = 0 }
+    local pieces = {}
+    for k, t in ipairs(free.tokens[1]) do pieces[k] = tok:decode { t } end
+    -- the last byte of token 3 and the first of token 4: the string spans two tokens
+    local stop = pieces[3]:sub(-1) .. pieces[4]:sub(1, 1)
+    local first -- the first token after which the generated text contains the stop string
+    for k = 1, #pieces do
+      if table.concat(pieces, "", 1, k):find(stop, 1, true) then first = k break end
+    end
+    local s = m:generate { prompts = { prompts[1] }, max_new_tokens = 12, temperature = 0,
+      stop_strings = { "never-generated", stop }, tokenizer = tok }
+    assert.is_true(first <= 4)
+    assert.are.equal(first, #s.tokens[1])
+    assert.are.equal("stop", s.stop[1])
+    H.assert_error(function() m:generate { prompts = prompts, stop_strings = { "x" } } end,
+      { "tokenizer" })
+    H.assert_error(function() m:generate { prompts = prompts, stop_strings = { "" }, tokenizer = tok } end,
+      { "stop_strings" })
+  end)
+
   it("refuses bad options", function()
     H.assert_error(function() m:generate { prompts = prompts, max_new_tokens = 0 } end,
       { "max_new_tokens" })
@@ -172,6 +194,29 @@ describe("save and load", function()
     local half = assert(rl.model.load(dir))
     assert.is_true(half:logits { { 1, 2, 3, 4 } }:max_abs_diff(z1) < 0.1)
     H.run("rm -rf " .. H.shell_quote(dir))
+  end)
+
+  it("checkpoints restore weights and optimizer state exactly", function()
+    local m = tiny { seed = 8 }
+    local batch = { tokens = { { 1, 2, 3, 4, 5 } } }
+    m:sft_step { tokens = batch.tokens, lr = 1e-2 }
+    local path = os.tmpname()
+    assert.is_true(m:save_checkpoint(path, 17))
+    -- two more steps from the checkpoint, twice: the same weights both times
+    local function two_more(model)
+      model:sft_step { tokens = batch.tokens, lr = 1e-2 }
+      model:sft_step { tokens = batch.tokens, lr = 1e-2 }
+      return model:logits(batch.tokens)
+    end
+    local a = two_more(m)
+    local other = tiny { seed = 99 }
+    assert.are.equal(17, other:load_checkpoint(path))
+    local b = two_more(other)
+    assert.are.equal(0, a:max_abs_diff(b))
+    local bad, err = tiny { dim = 16, heads = 2 }:load_checkpoint(path)
+    assert.is_nil(bad)
+    assert.truthy(err:find("config", 1, true) or err:find("dim", 1, true), err)
+    os.remove(path)
   end)
 
   it("returns nil and a message for a missing directory", function()
