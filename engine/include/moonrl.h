@@ -441,6 +441,52 @@ MRL_API mrl_status mrl_kv_cache_sample(mrl_kv_cache *c, int n, const int *slots,
  * reset of any slot. */
 MRL_API const float *mrl_kv_cache_logits(const mrl_kv_cache *c, int slot);
 
+/* ---- rollouts ----------------------------------------------------------------------------
+ * Many multi-turn episodes decoded at once over one model (continuous batching): every call to
+ * mrl_rollout_generate takes one batched decode step per token over all the episodes it is given,
+ * and returns as soon as one of them finishes its turn; the caller then feeds that episode's
+ * environment, appends the observation, and calls again with the others still mid-turn. Each
+ * episode records its tokens with the behaviour log-probability and loss mask of each (1 exactly
+ * on sampled tokens) and the turn each token belongs to. */
+typedef struct mrl_rollout mrl_rollout;
+
+/* How a turn ended. */
+enum {
+  MRL_TURN_STOP = 1,   /* sampled one of the stop tokens (kept as the turn's last token) */
+  MRL_TURN_LENGTH = 2, /* reached the turn's token limit */
+  MRL_TURN_FULL = 3    /* the episode reached its capacity */
+};
+
+/* Room for `episodes` episodes of up to `capacity` tokens (<= the model's context). The rollout
+ * uses m's weights: free it before m. *out: caller owns, mrl_rollout_free. */
+MRL_API mrl_status mrl_rollout_new(mrl_model *m, int episodes, int capacity, mrl_rollout **out);
+MRL_API void mrl_rollout_free(mrl_rollout *r);
+/* Starts episode e afresh with a prompt (mask 0, turn -1) and seeds its sampling stream. */
+MRL_API mrl_status mrl_rollout_start(mrl_rollout *r, int e, const int32_t *prompt, int count,
+                                     uint64_t seed);
+/* Appends observation tokens (mask 0) to n episodes in one batched pass: episode eps[i] gets
+ * counts[i] tokens (tokens concatenated in that order). They belong to the episode's last turn. */
+MRL_API mrl_status mrl_rollout_observe(mrl_rollout *r, int n, const int *eps,
+                                       const int32_t *tokens, const int *counts);
+/* Continues the turns of the n listed episodes (an episode whose previous turn ended starts a new
+ * one) until at least one ends: by a stop token, by max_tokens tokens in the turn, or by running
+ * out of capacity. ended[0..*n_ended) receives the episodes whose turns ended in this call and
+ * reasons[] how (MRL_TURN_*); both arrays need room for n entries. */
+MRL_API mrl_status mrl_rollout_generate(mrl_rollout *r, int n, const int *eps,
+                                        const mrl_sampling *sampling, const int32_t *stop,
+                                        int n_stop, int max_tokens, int *ended, int *reasons,
+                                        int *n_ended);
+/* Copies episode src (tokens, record, cache) into episode dst and seeds dst's stream: a fork at
+ * src's current state, for tree rollouts. */
+MRL_API mrl_status mrl_rollout_fork(mrl_rollout *r, int src, int dst, uint64_t seed);
+/* An episode's record: length, and borrowed arrays of that many entries (valid until the episode
+ * is started, observed, generated or forked into again). NULL / -1 for bad arguments. */
+MRL_API int mrl_rollout_length(const mrl_rollout *r, int e);
+MRL_API const int32_t *mrl_rollout_tokens(const mrl_rollout *r, int e);
+MRL_API const float *mrl_rollout_logprobs(const mrl_rollout *r, int e); /* 0 where mask is 0 */
+MRL_API const float *mrl_rollout_mask(const mrl_rollout *r, int e);     /* 1 on sampled tokens */
+MRL_API const int32_t *mrl_rollout_turns(const mrl_rollout *r, int e);  /* -1 for the prompt */
+
 /* ---- tokenizers ----------------------------------------------------------------------------
  * Text <-> token ids. Two kinds:
  *   - the byte tokenizer: ids 0..255 are the bytes themselves, then the eight special tokens
@@ -554,6 +600,55 @@ MRL_API mrl_status mrl_tokenizer_chat(mrl_tokenizer *t, mrl_chat_template tmpl,
                                       const mrl_chat_message *messages, size_t count,
                                       int add_generation_prompt, int32_t *ids, size_t cap,
                                       size_t *total);
+
+/* ---- environments and whole episodes ------------------------------------------------------
+ * An environment, as a C vtable: the rollout driver below talks to every environment through
+ * it (the Lua binding wraps Lua environments in the same shape). Strings an environment returns
+ * are borrowed: valid until its next call. */
+typedef struct mrl_env {
+  void *self;
+  /* Starts an episode: the first observation. */
+  mrl_status (*reset)(void *self, const char **obs, size_t *obs_len);
+  /* Takes the policy's action text; gives the next observation, the turn's reward and whether
+   * the episode is over. */
+  mrl_status (*step)(void *self, const char *action, size_t action_len, const char **obs,
+                     size_t *obs_len, double *reward, int *done);
+  /* Optional (may be NULL): the message of the last failed call. */
+  const char *(*error)(void *self);
+} mrl_env;
+
+/* How an episode ended. */
+enum {
+  MRL_END_NONE = 0,      /* still running (or never started) */
+  MRL_END_DONE = 1,      /* the environment said done */
+  MRL_END_MAX_TURNS = 2, /* reached max_turns */
+  MRL_END_BUDGET = 3,    /* out of token capacity */
+  MRL_END_ENV_ERROR = 4  /* reset or step failed; mrl_rollout_error has the message */
+};
+
+typedef struct mrl_rollout_config {
+  mrl_sampling sampling;
+  int max_turns;          /* actions per episode */
+  int max_turn_tokens;    /* tokens per action */
+  const char *system;     /* optional system message (NULL: none) */
+  mrl_chat_template chat; /* how messages become tokens (MRL_CHAT_AUTO picks by tokenizer) */
+  const char *observation_role; /* role of observations after the first: NULL means "user" */
+} mrl_rollout_config;
+
+/* Runs n episodes (episode e with envs[e] and seeds[e], n <= the rollout's episodes) to the end,
+ * all at once: reset, then turns of batched decoding; after each action the environment's
+ * observation is appended (rendered with the chat template, loss mask 0) and the episode goes
+ * on, until done, max_turns, capacity, or an environment error, which ends only that episode.
+ * The action given to step is the turn's text without its end-of-turn token. */
+MRL_API mrl_status mrl_rollout_run(mrl_rollout *r, mrl_tokenizer *tok, int n,
+                                   mrl_env *const *envs, const uint64_t *seeds,
+                                   const mrl_rollout_config *cfg);
+/* After mrl_rollout_run: how episode e ended (MRL_END_*), its number of turns, the reward of each
+ * turn (borrowed, turns entries), and the environment's error message (borrowed, or NULL). */
+MRL_API int mrl_rollout_end(const mrl_rollout *r, int e);
+MRL_API int mrl_rollout_turn_count(const mrl_rollout *r, int e);
+MRL_API const double *mrl_rollout_rewards(const mrl_rollout *r, int e);
+MRL_API const char *mrl_rollout_error(const mrl_rollout *r, int e);
 
 /* ---- scripts (Lua 5.4) -------------------------------------------------------------------
  * A Lua 5.4 state with the standard libraries, `require "moonrl"` available, and the engine's

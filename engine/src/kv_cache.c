@@ -168,6 +168,21 @@ static float *cache_row(const mrl_kv_cache *c, float *base, int layer, int slot,
   return base + (((int64_t)layer * c->slots + slot) * c->capacity + pos) * c->model->kv_dim;
 }
 
+/* Makes slot dst a copy of slot src (keys, values, length, logits) with its own stream seeded
+ * by seed: a fork for tree rollouts (rollout.c). Slots are valid and distinct. */
+void mrl__kv_cache_copy_slot(mrl_kv_cache *c, int src, int dst, uint64_t seed) {
+  size_t row = sizeof(float) * (size_t)c->model->kv_dim * (size_t)c->length[src];
+  for (int l = 0; l < c->model->cfg.layers; l++) {
+    memcpy(cache_row(c, c->keys, l, dst, 0), cache_row(c, c->keys, l, src, 0), row);
+    memcpy(cache_row(c, c->values, l, dst, 0), cache_row(c, c->values, l, src, 0), row);
+  }
+  int64_t V = c->model->cfg.vocab;
+  memcpy(c->logits + (int64_t)dst * V, c->logits + (int64_t)src * V, sizeof(float) * (size_t)V);
+  c->length[dst] = c->length[src];
+  c->has_logits[dst] = c->has_logits[src];
+  mrl__rng_seed(&c->rng[dst], seed);
+}
+
 /* Attention for the `count` appended rows of one slot starting at row r0, all heads. */
 static void run_attention(mrl_kv_cache *c, int layer, int slot, int64_t r0, int count) {
   const mrl_model *m = c->model;

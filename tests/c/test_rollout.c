@@ -1,0 +1,347 @@
+/* test_rollout.c - multi-turn rollouts with an example C environment (the mrl_env vtable): the
+ * loss mask covers exactly the sampled tokens, recorded log-probabilities equal a fresh forward
+ * pass, the same seeds give the same episodes, observations follow the chat template, an
+ * environment error ends only its episode, turn/turn-length/capacity limits, forks, errors. */
+#include "model.h"
+#include "support.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- the example environment: "say a digit" for a few turns ----
+ * Each turn the observation names a digit; an action that contains it earns 1. After `turns`
+ * steps the episode is done. fail_at >= 0 makes step number fail_at return an error. */
+typedef struct {
+  int digit, step, turns, fail_at;
+  char obs[64];
+} digit_env;
+
+static mrl_status digit_reset(void *self, const char **obs, size_t *len) {
+  digit_env *d = self;
+  d->step = 0;
+  snprintf(d->obs, sizeof d->obs, "say %d", d->digit);
+  *obs = d->obs;
+  *len = strlen(d->obs);
+  return MRL_OK;
+}
+
+static mrl_status digit_step(void *self, const char *action, size_t len, const char **obs,
+                             size_t *obs_len, double *reward, int *done) {
+  digit_env *d = self;
+  if (d->step == d->fail_at) return MRL_ERR_INVALID;
+  char want = (char)('0' + d->digit);
+  *reward = memchr(action, want, len) ? 1.0 : 0.0;
+  d->step++;
+  d->digit = (d->digit + 3) % 10;
+  snprintf(d->obs, sizeof d->obs, "now %d", d->digit);
+  *obs = d->obs;
+  *obs_len = strlen(d->obs);
+  *done = d->step >= d->turns;
+  return MRL_OK;
+}
+
+static const char *digit_error(void *self) {
+  (void)self;
+  return "the digit environment broke on purpose";
+}
+
+static mrl_env digit_vtable(digit_env *d) {
+  return (mrl_env){d, digit_reset, digit_step, digit_error};
+}
+
+/* ---- fixtures ---- */
+
+typedef struct {
+  mrl_engine *e;
+  mrl_model *m;
+  mrl_tokenizer *tok;
+  mrl_rollout *r;
+} setup;
+
+static setup make_setup(int episodes, int capacity) {
+  setup s;
+  s.e = new_engine();
+  mrl_model_config c;
+  mrl_model_config_default(&c);
+  c.dim = 32;
+  c.layers = 2;
+  c.heads = 2;
+  c.kv_heads = 2;
+  c.ffn = 64;
+  c.ctx = 256;
+  MUST(mrl_model_new(s.e, &c, 5, &s.m));
+  MUST(mrl_tokenizer_bytes(s.e, &s.tok));
+  MUST(mrl_rollout_new(s.m, episodes, capacity, &s.r));
+  return s;
+}
+
+static void free_setup(setup *s) {
+  mrl_rollout_free(s->r);
+  mrl_tokenizer_free(s->tok);
+  mrl_model_free(s->m);
+  CHECK(mrl_engine_memory_used(s->e) == 0);
+  mrl_engine_free(s->e);
+}
+
+static mrl_rollout_config config(int max_turns, int max_turn_tokens) {
+  mrl_rollout_config cfg;
+  memset(&cfg, 0, sizeof cfg);
+  cfg.sampling.temperature = 1.0f;
+  cfg.max_turns = max_turns;
+  cfg.max_turn_tokens = max_turn_tokens;
+  cfg.chat = MRL_CHAT_AUTO;
+  return cfg;
+}
+
+enum { N = 4 };
+
+static void run(setup *s, digit_env *envs, const uint64_t *seeds, const mrl_rollout_config *cfg) {
+  mrl_env vt[N], *pv[N];
+  for (int i = 0; i < N; i++) {
+    vt[i] = digit_vtable(&envs[i]);
+    pv[i] = &vt[i];
+  }
+  MUST(mrl_rollout_run(s->r, s->tok, N, pv, seeds, cfg));
+}
+
+static void default_envs(digit_env *envs) {
+  for (int i = 0; i < N; i++) envs[i] = (digit_env){.digit = i, .turns = 3, .fail_at = -1};
+}
+
+/* Tokens of the byte tokenizer's text. */
+static size_t encode(setup *s, const char *text, int32_t *ids, size_t cap) {
+  size_t n;
+  MUST(mrl_tokenizer_encode(s->tok, text, strlen(text), MRL_ENCODE_SPECIAL, ids, cap, &n));
+  return n;
+}
+
+static void test_mask_and_template(void) {
+  setup s = make_setup(N, 200);
+  digit_env envs[N];
+  default_envs(envs);
+  uint64_t seeds[N] = {1, 2, 3, 4};
+  mrl_rollout_config cfg = config(3, 12);
+  run(&s, envs, seeds, &cfg);
+  for (int e = 0; e < N; e++) {
+    int len = mrl_rollout_length(s.r, e);
+    const int32_t *t = mrl_rollout_tokens(s.r, e);
+    const float *mask = mrl_rollout_mask(s.r, e);
+    const int32_t *turn = mrl_rollout_turns(s.r, e);
+    int end = mrl_rollout_end(s.r, e), turns = mrl_rollout_turn_count(s.r, e);
+    CHECKF(end == MRL_END_DONE || end == MRL_END_MAX_TURNS, "episode %d ended %d", e, end);
+    CHECK(turns == 3);
+    /* the prompt: <|user|>say D<|end|><|assistant|> */
+    char text[64];
+    snprintf(text, sizeof text, "<|user|>say %d<|end|><|assistant|>", e);
+    int32_t want[64];
+    size_t np = encode(&s, text, want, 64);
+    CHECK(len > (int)np && memcmp(t, want, np * sizeof(int32_t)) == 0);
+    for (size_t i = 0; i < np; i++) CHECK(mask[i] == 0.0f && turn[i] == -1);
+    /* then per turn: sampled tokens (mask 1) up to <|end|> or the limit, then, unless the
+     * episode is over, the observation <|user|>now D<|end|><|assistant|> (mask 0) */
+    int pos = (int)np, digit = e;
+    for (int k = 0; k < turns; k++) {
+      int start = pos;
+      while (pos < len && mask[pos] == 1.0f) {
+        CHECK(turn[pos] == k);
+        pos++;
+      }
+      CHECKF(pos > start, "episode %d turn %d sampled nothing", e, k);
+      CHECK(pos - start <= 12);
+      CHECK(t[pos - 1] == MRL_TOKEN_END || pos - start == 12);
+      digit = (digit + 3) % 10;
+      if (k + 1 == turns) break;
+      snprintf(text, sizeof text, "<|user|>now %d<|end|><|assistant|>", digit);
+      size_t no = encode(&s, text, want, 64);
+      CHECKF(memcmp(t + pos, want, no * sizeof(int32_t)) == 0, "episode %d observation %d", e, k);
+      for (size_t i = 0; i < no; i++) CHECK(mask[pos + (int)i] == 0.0f && turn[pos + (int)i] == k);
+      pos += (int)no;
+    }
+    CHECKF(pos == len, "episode %d: %d tokens accounted for, %d recorded", e, pos, len);
+  }
+  free_setup(&s);
+}
+
+/* The behaviour log-probabilities recorded while sampling equal a fresh forward pass. */
+static void test_logprobs_match_forward(void) {
+  setup s = make_setup(N, 200);
+  digit_env envs[N];
+  default_envs(envs);
+  uint64_t seeds[N] = {7, 8, 9, 10};
+  mrl_rollout_config cfg = config(3, 10);
+  run(&s, envs, seeds, &cfg);
+  double worst = 0.0;
+  int checked = 0;
+  for (int e = 0; e < N; e++) {
+    int len = mrl_rollout_length(s.r, e);
+    const int32_t *t = mrl_rollout_tokens(s.r, e);
+    const float *mask = mrl_rollout_mask(s.r, e), *lp = mrl_rollout_logprobs(s.r, e);
+    int32_t *targets = malloc(sizeof(int32_t) * (size_t)len);
+    float *fresh = malloc(sizeof(float) * (size_t)len);
+    for (int i = 0; i < len; i++) targets[i] = i + 1 < len && mask[i + 1] == 1.0f ? t[i + 1] : -1;
+    int32_t n = len;
+    MUST(mrl_model_forward(s.m, t, &n, 1, len));
+    MUST(mrl_model_score(s.m, targets, fresh, NULL));
+    for (int i = 0; i + 1 < len; i++)
+      if (targets[i] >= 0) {
+        worst = fmax(worst, fabs(fresh[i] - lp[i + 1]));
+        checked++;
+      } else {
+        CHECK(lp[i + 1] == 0.0f);
+      }
+    free(targets);
+    free(fresh);
+  }
+  check_note("recorded vs fresh log-probabilities over %d tokens: max |difference| %.2e", checked,
+             worst);
+  CHECK(checked > 0 && worst < 1e-4);
+  free_setup(&s);
+}
+
+static void copy_record(setup *s, int e, int32_t *buf, int *len) {
+  *len = mrl_rollout_length(s->r, e);
+  memcpy(buf, mrl_rollout_tokens(s->r, e), sizeof(int32_t) * (size_t)*len);
+}
+
+static void test_same_seed_same_episodes(void) {
+  setup s = make_setup(N, 200);
+  digit_env envs[N];
+  uint64_t seeds[N] = {21, 22, 23, 24};
+  mrl_rollout_config cfg = config(3, 10);
+  int32_t first[N][200];
+  int len1[N];
+  default_envs(envs);
+  run(&s, envs, seeds, &cfg);
+  for (int e = 0; e < N; e++) copy_record(&s, e, first[e], &len1[e]);
+  default_envs(envs);
+  run(&s, envs, seeds, &cfg);
+  for (int e = 0; e < N; e++) {
+    int32_t again[200];
+    int len2;
+    copy_record(&s, e, again, &len2);
+    CHECK(len1[e] == len2 && memcmp(first[e], again, sizeof(int32_t) * (size_t)len2) == 0);
+  }
+  /* another seed for episode 0 changes only episode 0 */
+  seeds[0] = 99;
+  default_envs(envs);
+  run(&s, envs, seeds, &cfg);
+  int32_t other[200];
+  int len3;
+  copy_record(&s, 0, other, &len3);
+  CHECK(len3 != len1[0] || memcmp(first[0], other, sizeof(int32_t) * (size_t)len3) != 0);
+  copy_record(&s, 1, other, &len3);
+  CHECK(len3 == len1[1] && memcmp(first[1], other, sizeof(int32_t) * (size_t)len3) == 0);
+  free_setup(&s);
+}
+
+static void test_env_error_ends_one_episode(void) {
+  setup s = make_setup(N, 200);
+  digit_env envs[N];
+  default_envs(envs);
+  envs[2].fail_at = 1;
+  uint64_t seeds[N] = {1, 2, 3, 4};
+  mrl_rollout_config cfg = config(3, 10);
+  run(&s, envs, seeds, &cfg);
+  for (int e = 0; e < N; e++) {
+    if (e == 2) {
+      CHECK(mrl_rollout_end(s.r, e) == MRL_END_ENV_ERROR);
+      CHECK(mrl_rollout_turn_count(s.r, e) == 2);
+      const char *msg = mrl_rollout_error(s.r, e);
+      CHECKF(msg && strstr(msg, "step: the digit environment broke on purpose"), "%s", msg);
+    } else {
+      CHECK(mrl_rollout_end(s.r, e) == MRL_END_DONE);
+      CHECK(mrl_rollout_turn_count(s.r, e) == 3);
+      CHECK(mrl_rollout_error(s.r, e) == NULL);
+    }
+  }
+  free_setup(&s);
+}
+
+static void test_limits(void) {
+  setup s = make_setup(N, 60);
+  digit_env envs[N];
+  default_envs(envs);
+  for (int i = 0; i < N; i++) envs[i].turns = 100; /* never done on its own */
+  uint64_t seeds[N] = {5, 6, 7, 8};
+  mrl_rollout_config cfg = config(2, 4); /* 2 turns of at most 4 tokens */
+  run(&s, envs, seeds, &cfg);
+  for (int e = 0; e < N; e++) {
+    CHECK(mrl_rollout_end(s.r, e) == MRL_END_MAX_TURNS);
+    CHECK(mrl_rollout_turn_count(s.r, e) == 2);
+  }
+  /* a capacity the second observation cannot fit in */
+  cfg = config(50, 20);
+  run(&s, envs, seeds, &cfg);
+  for (int e = 0; e < N; e++) {
+    CHECK(mrl_rollout_end(s.r, e) == MRL_END_BUDGET);
+    CHECK(mrl_rollout_length(s.r, e) <= 60);
+  }
+  free_setup(&s);
+}
+
+/* A fork continues from the same state: same prefix, own stream. */
+static void test_fork(void) {
+  setup s = make_setup(3, 100);
+  int32_t prompt[5] = {MRL_TOKEN_USER, 'h', 'i', MRL_TOKEN_END, MRL_TOKEN_ASSISTANT};
+  MUST(mrl_rollout_start(s.r, 0, prompt, 5, 1));
+  mrl_sampling sampling = {.temperature = 1.0f};
+  int32_t stop = MRL_TOKEN_END;
+  int ended[3], reasons[3], n_ended, ep0 = 0;
+  MUST(mrl_rollout_generate(s.r, 1, &ep0, &sampling, &stop, 1, 6, ended, reasons, &n_ended));
+  int base = mrl_rollout_length(s.r, 0);
+  MUST(mrl_rollout_fork(s.r, 0, 1, 11));
+  MUST(mrl_rollout_fork(s.r, 0, 2, 11));
+  CHECK(mrl_rollout_length(s.r, 1) == base);
+  CHECK(memcmp(mrl_rollout_tokens(s.r, 1), mrl_rollout_tokens(s.r, 0), sizeof(int32_t) * (size_t)base) == 0);
+  int both[2] = {1, 2};
+  int32_t obs[3] = {MRL_TOKEN_USER, 'x', MRL_TOKEN_END};
+  int counts[2] = {3, 3};
+  int32_t obs2[6];
+  memcpy(obs2, obs, sizeof obs);
+  memcpy(obs2 + 3, obs, sizeof obs);
+  MUST(mrl_rollout_observe(s.r, 2, both, obs2, counts));
+  /* same seed, same state: the two forks continue identically, so they end their turns together */
+  MUST(mrl_rollout_generate(s.r, 2, both, &sampling, &stop, 1, 6, ended, reasons, &n_ended));
+  CHECK(n_ended == 2);
+  int l1 = mrl_rollout_length(s.r, 1), l2 = mrl_rollout_length(s.r, 2);
+  CHECK(l1 == l2 && memcmp(mrl_rollout_tokens(s.r, 1), mrl_rollout_tokens(s.r, 2), sizeof(int32_t) * (size_t)l1) == 0);
+  free_setup(&s);
+}
+
+static void test_errors(void) {
+  setup s = make_setup(2, 50);
+  mrl_engine *e = s.e;
+  mrl_rollout *r = NULL;
+  CHECK_FAILS(e, MRL_ERR_INVALID, "capacity <= ctx", mrl_rollout_new(s.m, 2, 1000, &r));
+  int32_t p[2] = {1, 2};
+  CHECK_FAILS(e, MRL_ERR_RANGE, "episode 2 is outside 0..1", mrl_rollout_start(s.r, 2, p, 2, 0));
+  CHECK_FAILS(e, MRL_ERR_INVALID, "at least one token", mrl_rollout_start(s.r, 0, p, 0, 0));
+  mrl_sampling sampling = {.temperature = 1.0f};
+  int ended[2], reasons[2], n_ended, ep = 1;
+  CHECK_FAILS(e, MRL_ERR_INVALID, "episode 1 was not started",
+              mrl_rollout_generate(s.r, 1, &ep, &sampling, NULL, 0, 4, ended, reasons, &n_ended));
+  digit_env d = {.digit = 1, .turns = 1, .fail_at = -1};
+  mrl_env vt = digit_vtable(&d), *pv = &vt;
+  uint64_t seed = 1;
+  mrl_rollout_config cfg = config(0, 4);
+  CHECK_FAILS(e, MRL_ERR_INVALID, "max_turns", mrl_rollout_run(s.r, s.tok, 1, &pv, &seed, &cfg));
+  cfg = config(2, 4);
+  CHECK_FAILS(e, MRL_ERR_INVALID, "n is 3", mrl_rollout_run(s.r, s.tok, 3, &pv, &seed, &cfg));
+  mrl_env broken = {&d, NULL, digit_step, NULL}, *pb = &broken;
+  CHECK_FAILS(e, MRL_ERR_NULL, "envs[0] lacks reset", mrl_rollout_run(s.r, s.tok, 1, &pb, &seed, &cfg));
+  CHECK(mrl_rollout_length(s.r, 1) == -1 && mrl_rollout_tokens(s.r, 7) == NULL);
+  free_setup(&s);
+}
+
+static const test_case tests[] = {{"mask_and_template", test_mask_and_template},
+                                  {"logprobs_match_forward", test_logprobs_match_forward},
+                                  {"same_seed_same_episodes", test_same_seed_same_episodes},
+                                  {"env_error_ends_one_episode", test_env_error_ends_one_episode},
+                                  {"limits", test_limits},
+                                  {"fork", test_fork},
+                                  {"errors", test_errors},
+                                  {NULL, NULL}};
+
+int main(int argc, char **argv) { return check_main(argc, argv, tests); }
