@@ -38,6 +38,12 @@ int mrl__lua_raise(lua_State *L, mrl_engine *e, mrl_status st, int arg);
 
 /* Model class (lua_model.c): pushes the `model` table. */
 void mrl__lua_open_model(lua_State *L);
+/* The open model at idx; raises "name: an rl.model expected, got ..." otherwise. */
+mrl_model *mrl__lua_check_model(lua_State *L, int idx, const char *name);
+/* Rollouts (lua_rollout.c): pushes the `rollout` table. */
+void mrl__lua_open_rollout(lua_State *L);
+/* Pushes a new rl.rng seeded with seed (lua_module.c). */
+void mrl__lua_push_rng(lua_State *L, uint64_t seed);
 void mrl__lua_open_tokenizer(lua_State *L); /* lua_tokenizer.c: sets field `tokenizer` */
 /* The tokenizer at idx, or NULL when it is not a (live) rl.tokenizer. */
 mrl_tokenizer *mrl__lua_test_tokenizer(lua_State *L, int idx);

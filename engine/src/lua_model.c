@@ -24,6 +24,14 @@ static lmodel *check_lmodel(lua_State *L, int idx) {
 
 static mrl_model *check_model(lua_State *L, int idx) { return check_lmodel(L, idx)->m; }
 
+mrl_model *mrl__lua_check_model(lua_State *L, int idx, const char *name) {
+  lmodel *b = luaL_testudata(L, idx, MODEL_MT);
+  if (!b || !b->m)
+    luaL_error(L, "%s: %s expected, got %s", name, b ? "an open model" : "an rl.model",
+               b ? "a closed one" : luaL_typename(L, idx));
+  return b->m;
+}
+
 static int raise_model(lua_State *L, mrl_model *m, mrl_status st, int arg) {
   return mrl__lua_raise(L, m->engine, st, arg);
 }
@@ -435,6 +443,146 @@ static int m_sft_step(lua_State *L) {
   return 1;
 }
 
+/* ---- scoring and gradients over a flat trajectory batch ---- */
+
+/* A minibatch of episodes from flat batch tensors (tokens, mask: float, concatenated) with the
+ * offsets table ({0, end1, end2, ...}) and a list of 1-based episode numbers: the padded token
+ * rows, lengths, targets (the next token where the mask says it was sampled, else -1) and, for
+ * each padded position, its flat index of the predicted token (-1 for none). Arrays live in
+ * userdata left on the stack. */
+typedef struct {
+  token_batch tb;
+  int32_t *targets;
+  int64_t *flat;      /* batch x steps */
+  int64_t total;      /* length of the flat tensors */
+} flat_batch;
+
+static flat_batch read_flat_batch(lua_State *L, int opts, const mrl_model *m) {
+  flat_batch fb;
+  memset(&fb, 0, sizeof fb);
+  lua_getfield(L, opts, "tokens");
+  mrl_tensor *tokens = mrl__lua_check_tensor(L, -1, "tokens");
+  lua_getfield(L, opts, "mask");
+  mrl_tensor *mask = mrl__lua_check_tensor(L, -1, "mask");
+  if (lua_getfield(L, opts, "offsets") != LUA_TTABLE) luaL_argerror(L, opts, "offsets: a list expected");
+  int offsets = lua_gettop(L);
+  if (lua_getfield(L, opts, "episodes") != LUA_TTABLE) luaL_argerror(L, opts, "episodes: a list expected");
+  int eps = lua_gettop(L);
+  if (mrl_tensor_rank(tokens) != 1 || !mrl_tensor_is_contiguous(tokens) ||
+      mrl_tensor_rank(mask) != 1 || mrl_tensor_numel(mask) != mrl_tensor_numel(tokens) ||
+      !mrl_tensor_is_contiguous(mask))
+    luaL_argerror(L, opts, "tokens, mask: contiguous 1-D tensors of one length expected");
+  fb.total = mrl_tensor_numel(tokens);
+  int n_offsets = (int)luaL_len(L, offsets);
+  int n = (int)luaL_len(L, eps);
+  if (n < 1) luaL_argerror(L, opts, "episodes: at least one expected");
+  const float *tok = mrl_tensor_data(tokens), *msk = mrl_tensor_data(mask);
+  int64_t *starts = lua_newuserdatauv(L, sizeof(int64_t) * (size_t)n * 2, 0);
+  fb.tb.batch = n;
+  for (int i = 0; i < n; i++) {
+    lua_geti(L, eps, i + 1);
+    int ok;
+    lua_Integer e = lua_tointegerx(L, -1, &ok);
+    lua_pop(L, 1);
+    if (!ok || e < 1 || e >= n_offsets)
+      luaL_argerror(L, opts, lua_pushfstring(L, "episodes[%d]: an episode number in 1..%d "
+                                             "expected", i + 1, n_offsets - 1));
+    lua_geti(L, offsets, e);
+    lua_geti(L, offsets, e + 1);
+    int64_t a = lua_tointeger(L, -2), b = lua_tointeger(L, -1);
+    lua_pop(L, 2);
+    if (a < 0 || b <= a || b > fb.total || b - a > m->cfg.ctx)
+      luaL_argerror(L, opts, lua_pushfstring(L, "offsets of episode %d do not fit the tensors "
+                                             "or the model's context", (int)e));
+    starts[2 * i] = a;
+    starts[2 * i + 1] = b;
+    if (b - a > fb.tb.steps) fb.tb.steps = (int)(b - a);
+  }
+  int64_t cells = (int64_t)n * fb.tb.steps;
+  fb.tb.tokens = lua_newuserdatauv(L, sizeof(int32_t) * (size_t)cells, 0);
+  fb.tb.lengths = lua_newuserdatauv(L, sizeof(int32_t) * (size_t)n, 0);
+  fb.targets = lua_newuserdatauv(L, sizeof(int32_t) * (size_t)cells, 0);
+  fb.flat = lua_newuserdatauv(L, sizeof(int64_t) * (size_t)cells, 0);
+  for (int i = 0; i < n; i++) {
+    int64_t a = starts[2 * i], len = starts[2 * i + 1] - a;
+    fb.tb.lengths[i] = (int32_t)len;
+    for (int t = 0; t < fb.tb.steps; t++) {
+      int64_t c = (int64_t)i * fb.tb.steps + t;
+      float id = t < len ? tok[a + t] : 0.0f;
+      if (!(id >= 0.0f && id < (float)m->cfg.vocab) || id != (float)(int32_t)id)
+        luaL_argerror(L, opts, "tokens: ids of the model's vocabulary expected");
+      fb.tb.tokens[c] = (int32_t)id;
+      bool scored = t + 1 < len && msk[a + t + 1] != 0.0f;
+      fb.targets[c] = scored ? (int32_t)tok[a + t + 1] : -1;
+      fb.flat[c] = scored ? a + t + 1 : -1;
+    }
+  }
+  return fb;
+}
+
+/* m:forward_batch{tokens =, mask =, offsets =, episodes = {...}} -> logprobs, entropy: flat
+ * tensors as long as tokens holding, at each sampled position of the listed episodes, the
+ * current policy's log-probability of that token and the entropy of its distribution (0
+ * elsewhere). Keeps what m:backward_batch needs. */
+static int m_forward_batch(lua_State *L) {
+  mrl_model *m = check_model(L, 1);
+  luaL_checktype(L, 2, LUA_TTABLE);
+  flat_batch fb = read_flat_batch(L, 2, m);
+  int64_t cells = (int64_t)fb.tb.batch * fb.tb.steps;
+  float *lp = lua_newuserdatauv(L, sizeof(float) * (size_t)cells, 0);
+  float *ent = lua_newuserdatauv(L, sizeof(float) * (size_t)cells, 0);
+  forward_batch(L, m, &fb.tb);
+  mrl_status st = mrl_model_score(m, fb.targets, lp, ent);
+  if (st) return raise_model(L, m, st, 2);
+  mrl_tensor *out[2] = {NULL, NULL};
+  for (int k = 0; k < 2; k++) {
+    if ((st = mrl_tensor_new(m->engine, 1, &fb.total, &out[k]))) return raise_model(L, m, st, 0);
+    mrl__lua_push_tensor(L, out[k]);
+  }
+  float *dl = mrl_tensor_data(out[0]), *de = mrl_tensor_data(out[1]);
+  for (int64_t c = 0; c < cells; c++)
+    if (fb.flat[c] >= 0) {
+      dl[fb.flat[c]] = lp[c];
+      de[fb.flat[c]] = ent[c];
+    }
+  return 2;
+}
+
+/* m:backward_batch{tokens =, mask =, offsets =, episodes =, dlogprobs =, dentropy =} adds to
+ * the gradients the effect of a loss with these derivatives (flat tensors like forward_batch's
+ * outputs; dentropy optional). Call it right after m:forward_batch on the same episodes. */
+static int m_backward_batch(lua_State *L) {
+  mrl_model *m = check_model(L, 1);
+  luaL_checktype(L, 2, LUA_TTABLE);
+  flat_batch fb = read_flat_batch(L, 2, m);
+  lua_getfield(L, 2, "dlogprobs");
+  mrl_tensor *dl = mrl__lua_check_tensor(L, -1, "dlogprobs");
+  mrl_tensor *de = NULL;
+  if (lua_getfield(L, 2, "dentropy") != LUA_TNIL) de = mrl__lua_check_tensor(L, -1, "dentropy");
+  if (mrl_tensor_numel(dl) != fb.total || !mrl_tensor_is_contiguous(dl) ||
+      (de && (mrl_tensor_numel(de) != fb.total || !mrl_tensor_is_contiguous(de))))
+    return luaL_argerror(L, 2, "dlogprobs, dentropy: contiguous tensors as long as tokens expected");
+  int64_t cells = (int64_t)fb.tb.batch * fb.tb.steps;
+  float *g = lua_newuserdatauv(L, sizeof(float) * (size_t)cells, 0);
+  float *gh = de ? lua_newuserdatauv(L, sizeof(float) * (size_t)cells, 0) : NULL;
+  const float *pdl = mrl_tensor_data(dl), *pde = de ? mrl_tensor_data(de) : NULL;
+  for (int64_t c = 0; c < cells; c++) {
+    g[c] = fb.flat[c] >= 0 ? pdl[fb.flat[c]] : 0.0f;
+    if (gh) gh[c] = fb.flat[c] >= 0 ? pde[fb.flat[c]] : 0.0f;
+  }
+  /* the activations must be those of this minibatch */
+  const mrl_activations *a = m->act;
+  bool same = a && a->valid && a->batch == fb.tb.batch && a->steps == fb.tb.steps &&
+              memcmp(a->tokens, fb.tb.tokens, sizeof(int32_t) * (size_t)cells) == 0 &&
+              memcmp(a->lengths, fb.tb.lengths, sizeof(int32_t) * (size_t)fb.tb.batch) == 0;
+  if (!same)
+    return luaL_error(L, "backward_batch: call forward_batch on the same episodes first (and "
+                         "not after an optimizer step)");
+  mrl_status st = mrl_model_backward(m, fb.targets, g, gh);
+  if (st) return raise_model(L, m, st, 2);
+  return 0;
+}
+
 /* ---- generation ---- */
 
 static mrl_kv_cache *generation_cache(lua_State *L, lmodel *b, int slots, int capacity) {
@@ -715,7 +863,8 @@ static const luaL_Reg model_methods[] = {
     {"logprobs", m_logprobs},   {"accumulate", m_accumulate}, {"step", m_step},
     {"sft_step", m_sft_step},   {"generate", m_generate},   {"parameters", m_parameters},
     {"gradients", m_gradients}, {"save_checkpoint", m_save_checkpoint},
-    {"load_checkpoint", m_load_checkpoint}, {"free", m_free}, {NULL, NULL}};
+    {"load_checkpoint", m_load_checkpoint}, {"forward_batch", m_forward_batch},
+    {"backward_batch", m_backward_batch}, {"free", m_free}, {NULL, NULL}};
 
 static const luaL_Reg model_meta[] = {
     {"__gc", m_free}, {"__close", m_free}, {"__tostring", m_tostring}, {NULL, NULL}};

@@ -80,6 +80,81 @@ static int l_seed(lua_State *L) {
   return 0;
 }
 
+/* ---- rl.rng(seed): a seeded random stream (the engine's xoshiro256**), the same numbers on
+ * every machine; environments get one per episode. ---- */
+
+#define RNG_MT "moonrl.rng"
+
+typedef struct {
+  mrl_rng *rng;
+} rng_box;
+
+void mrl__lua_push_rng(lua_State *L, uint64_t seed) {
+  mrl_engine *e = mrl__lua_engine(L);
+  rng_box *b = lua_newuserdatauv(L, sizeof *b, 0);
+  b->rng = NULL;
+  luaL_setmetatable(L, RNG_MT);
+  mrl_status st = mrl_rng_new(e, seed, &b->rng);
+  if (st) mrl__lua_raise(L, e, st, 0);
+}
+
+static mrl_rng *check_rng(lua_State *L) {
+  rng_box *b = luaL_checkudata(L, 1, RNG_MT);
+  if (!b->rng) luaL_argerror(L, 1, "rng is closed");
+  return b->rng;
+}
+
+static int l_rng(lua_State *L) {
+  mrl__lua_push_rng(L, (uint64_t)luaL_optinteger(L, 1, 0));
+  return 1;
+}
+
+/* rng:random() in [0, 1); rng:random(n) in 1..n; rng:random(m, n) in m..n (as math.random). */
+static int rng_random(lua_State *L) {
+  mrl_rng *r = check_rng(L);
+  double u;
+  mrl_rng_uniform(r, &u);
+  if (lua_isnoneornil(L, 2)) {
+    lua_pushnumber(L, u);
+    return 1;
+  }
+  lua_Integer lo = 1, hi = luaL_checkinteger(L, 2);
+  if (!lua_isnoneornil(L, 3)) {
+    lo = hi;
+    hi = luaL_checkinteger(L, 3);
+  }
+  if (lo > hi) return luaL_argerror(L, lua_isnoneornil(L, 3) ? 2 : 3, "interval is empty");
+  double span = (double)hi - (double)lo + 1.0;
+  lua_Integer k = lo + (lua_Integer)(u * span);
+  lua_pushinteger(L, k > hi ? hi : k);
+  return 1;
+}
+
+static int rng_normal(lua_State *L) {
+  double v;
+  mrl_rng_normal(check_rng(L), &v);
+  lua_pushnumber(L, v);
+  return 1;
+}
+
+static int rng_free(lua_State *L) {
+  rng_box *b = luaL_checkudata(L, 1, RNG_MT);
+  mrl_rng_free(b->rng);
+  b->rng = NULL;
+  return 0;
+}
+
+static void open_rng(lua_State *L) {
+  static const luaL_Reg methods[] = {{"random", rng_random}, {"normal", rng_normal}, {NULL, NULL}};
+  if (luaL_newmetatable(L, RNG_MT)) {
+    lua_pushcfunction(L, rng_free);
+    lua_setfield(L, -2, "__gc");
+    luaL_newlib(L, methods);
+    lua_setfield(L, -2, "__index");
+  }
+  lua_pop(L, 1);
+}
+
 /* rl.memory() -> {used=, peak=} bytes held by the engine (tensors and handles). */
 static int l_memory(lua_State *L) {
   mrl_engine *e = mrl__lua_engine(L);
@@ -113,6 +188,7 @@ static int l_lr_at(lua_State *L) {
 static const luaL_Reg core_funcs[] = {{"blas_info", l_blas_info},
                                       {"lr_at", l_lr_at},
                                       {"clock", l_clock},
+                                      {"rng", l_rng},
                                       {"blas_threads", l_blas_threads},
                                       {"seed", l_seed},
                                       {"memory", l_memory},
@@ -127,6 +203,9 @@ int mrl__lua_open_core(lua_State *L) {
   lua_setfield(L, -2, "tensor");
   mrl__lua_open_model(L);
   lua_setfield(L, -2, "model");
+  mrl__lua_open_rollout(L);
+  lua_setfield(L, -2, "rollout");
+  open_rng(L);
   mrl__lua_open_tokenizer(L);
   return 1;
 }

@@ -8,6 +8,10 @@ local rl = {
   tensor = core.tensor,     -- constructors: zeros, ones, full, randn, rand, arange, from, matmul
   tokenizer = core.tokenizer, -- bytes(), load(path): encode, decode, chat templates
   model = core.model,       -- the policy: new{...}, load(dir)
+  rollout = core.rollout,   -- multi-turn episodes decoded together: new{model=, episodes=, capacity=}
+  rng = core.rng,           -- rl.rng(seed): a seeded random stream (random, normal)
+  env = require("moonrl.env"), -- the environment protocol
+  parse = require("moonrl.parse"), -- tool-call and answer parsing (line and Hermes formats)
   sft = require("moonrl.sft").sft, -- supervised fine-tuning with loss masks
   sft_example = require("moonrl.sft").example, -- {tokens=, mask=} from a chat conversation
   lr_at = core.lr_at,       -- learning-rate schedules

@@ -1,0 +1,379 @@
+/* lua_rollout.c - rollouts from Lua (`rl.rollout`): Lua environments wrapped as mrl_env vtables
+ * for the C episode driver, and the episodes' records handed back as tensors (one copy out of the
+ * rollout, then views). Environment errors end only their episode; the message is kept. */
+#include "lua_internal.h"
+#include "model.h"
+#include "script.h"
+
+#include <string.h>
+
+#define ROLLOUT_MT "moonrl.rollout"
+
+typedef struct {
+  mrl_rollout *r;
+  mrl_model *model; /* borrowed: the model userdata is kept in the rollout's user value */
+  int episodes, capacity;
+} lrollout;
+
+/* A Lua environment instance as an mrl_env. */
+typedef struct {
+  mrl_env vt;
+  lua_State *L;
+  int module, instance, task, rng, record, step_fn; /* registry references */
+  int obs;                                          /* reference to the last observation */
+  char err[512];
+} lua_env;
+
+static lrollout *check_rollout(lua_State *L, int idx) {
+  lrollout *b = luaL_checkudata(L, idx, ROLLOUT_MT);
+  if (!b->r) luaL_argerror(L, idx, "rollout is closed");
+  return b;
+}
+
+/* Calls the function below nargs arguments on top of L with a traceback handler; on failure
+ * keeps the message in env->err. */
+static mrl_status call_lua(lua_env *env, int nargs, int nresults) {
+  lua_State *L = env->L;
+  int base = lua_gettop(L) - nargs;
+  lua_pushcfunction(L, mrl__lua_traceback);
+  lua_insert(L, base);
+  int rc = lua_pcall(L, nargs, nresults, base);
+  lua_remove(L, base);
+  if (rc == LUA_OK) return MRL_OK;
+  const char *msg = lua_tostring(L, -1);
+  snprintf(env->err, sizeof env->err, "%s", msg ? msg : "(error without a message)");
+  lua_pop(L, 1);
+  return MRL_ERR_LUA;
+}
+
+/* Keeps the string at the top of the stack alive as the environment's last observation. */
+static void hold_observation(lua_env *env, const char **obs, size_t *len) {
+  lua_State *L = env->L;
+  luaL_unref(L, LUA_REGISTRYINDEX, env->obs);
+  *obs = lua_tolstring(L, -1, len);
+  env->obs = luaL_ref(L, LUA_REGISTRYINDEX);
+}
+
+static mrl_status env_reset(void *self, const char **obs, size_t *len) {
+  lua_env *env = self;
+  lua_State *L = env->L;
+  lua_rawgeti(L, LUA_REGISTRYINDEX, env->instance);
+  if (lua_getfield(L, -1, "reset") != LUA_TFUNCTION) {
+    lua_pop(L, 2);
+    snprintf(env->err, sizeof env->err, "the environment instance has no reset method");
+    return MRL_ERR_INVALID;
+  }
+  lua_insert(L, -2); /* reset, instance */
+  lua_rawgeti(L, LUA_REGISTRYINDEX, env->task);
+  lua_rawgeti(L, LUA_REGISTRYINDEX, env->rng);
+  mrl_status st = call_lua(env, 3, 1);
+  if (st) return st;
+  if (lua_type(L, -1) != LUA_TSTRING) {
+    snprintf(env->err, sizeof env->err, "reset returned %s, not an observation string",
+             luaL_typename(L, -1));
+    lua_pop(L, 1);
+    return MRL_ERR_INVALID;
+  }
+  hold_observation(env, obs, len);
+  return MRL_OK;
+}
+
+static mrl_status env_step(void *self, const char *action, size_t action_len, const char **obs,
+                           size_t *obs_len, double *reward, int *done) {
+  lua_env *env = self;
+  lua_State *L = env->L;
+  lua_rawgeti(L, LUA_REGISTRYINDEX, env->step_fn);
+  lua_rawgeti(L, LUA_REGISTRYINDEX, env->module);
+  lua_rawgeti(L, LUA_REGISTRYINDEX, env->instance);
+  lua_pushlstring(L, action, action_len);
+  lua_rawgeti(L, LUA_REGISTRYINDEX, env->record);
+  mrl_status st = call_lua(env, 4, 3);
+  if (st) return st;
+  *reward = lua_tonumber(L, -2);
+  *done = lua_toboolean(L, -1);
+  lua_pop(L, 2);
+  if (lua_isnil(L, -1)) {
+    lua_pop(L, 1);
+    *obs = NULL;
+    *obs_len = 0;
+  } else {
+    hold_observation(env, obs, obs_len);
+  }
+  return MRL_OK;
+}
+
+static const char *env_error(void *self) { return ((lua_env *)self)->err; }
+
+/* ---- rl.rollout.new{model =, episodes =, capacity =} ---- */
+
+static lua_Integer int_field(lua_State *L, int idx, const char *key, lua_Integer dflt) {
+  int type = lua_getfield(L, idx, key);
+  int ok = 1;
+  lua_Integer v = type == LUA_TNIL ? dflt : lua_tointegerx(L, -1, &ok);
+  if (!ok || (type != LUA_TNIL && type != LUA_TNUMBER))
+    luaL_argerror(L, idx, lua_pushfstring(L, "%s: integer expected, got %s", key,
+                                          luaL_typename(L, -1)));
+  lua_pop(L, 1);
+  return v;
+}
+
+static double num_field(lua_State *L, int idx, const char *key, double dflt) {
+  int type = lua_getfield(L, idx, key);
+  if (type != LUA_TNIL && type != LUA_TNUMBER)
+    luaL_argerror(L, idx, lua_pushfstring(L, "%s: number expected, got %s", key,
+                                          luaL_typename(L, -1)));
+  double v = type == LUA_TNIL ? dflt : lua_tonumber(L, -1);
+  lua_pop(L, 1);
+  return v;
+}
+
+static int l_new(lua_State *L) {
+  luaL_checktype(L, 1, LUA_TTABLE);
+  lua_getfield(L, 1, "model");
+  mrl_model *m = mrl__lua_check_model(L, -1, "model");
+  int model_idx = lua_gettop(L);
+  lua_Integer episodes = int_field(L, 1, "episodes", 16);
+  lua_Integer capacity = int_field(L, 1, "capacity", 256);
+  if (episodes < 1 || episodes > 1 << 16) return luaL_argerror(L, 1, "episodes: expected 1..65536");
+  if (capacity < 1 || capacity > 1 << 24) return luaL_argerror(L, 1, "capacity: out of range");
+  lrollout *b = lua_newuserdatauv(L, sizeof *b, 1);
+  memset(b, 0, sizeof *b);
+  luaL_setmetatable(L, ROLLOUT_MT);
+  lua_pushvalue(L, model_idx);
+  lua_setiuservalue(L, -2, 1); /* the model lives as long as the rollout */
+  mrl_status st = mrl_rollout_new(m, (int)episodes, (int)capacity, &b->r);
+  if (st) return mrl__lua_raise(L, m->engine, st, 1);
+  b->model = m;
+  b->episodes = (int)episodes;
+  b->capacity = (int)capacity;
+  return 1;
+}
+
+/* ---- ro:run{...} ---- */
+
+static mrl_chat_template chat_option(lua_State *L, int opts) {
+  static const char *const names[] = {"auto", "roles", "chatml", "llama3", NULL};
+  lua_getfield(L, opts, "chat");
+  int i = luaL_checkoption(L, -1, "auto", names);
+  lua_pop(L, 1);
+  return (mrl_chat_template)i;
+}
+
+/* Frees what a run set up: the environment wrappers and their references. */
+static void release_envs(lua_State *L, lua_env *envs, int n) {
+  for (int i = 0; i < n; i++) {
+    int refs[] = {envs[i].module, envs[i].instance, envs[i].task, envs[i].rng, envs[i].record,
+                  envs[i].step_fn, envs[i].obs};
+    for (size_t k = 0; k < sizeof refs / sizeof *refs; k++) luaL_unref(L, LUA_REGISTRYINDEX, refs[k]);
+  }
+}
+
+/* ro:run{tokenizer =, env = <module>, tasks = {...}, seeds = {...}, max_turns = 8,
+ *         max_turn_tokens = 64, temperature = 1, top_k = 0, top_p = 1, min_p = 0, system =,
+ *         chat = "auto", observation_role = "user"} -> list of episode summaries:
+ *   {end = "done"|"max_turns"|"budget"|"env_error", error = msg, turns = n, rewards = {...},
+ *    record = {{action=, parsed=, observation=, reward=, done=, info=}, ...}, instance = env,
+ *    task = task, seed = seed, length = tokens}
+ * One environment instance per task (module.new()), episode i with tasks[i] and seeds[i]. */
+static int m_run(lua_State *L) {
+  lrollout *ro = check_rollout(L, 1);
+  luaL_checktype(L, 2, LUA_TTABLE);
+  lua_getfield(L, 2, "tokenizer");
+  mrl_tokenizer *tok = mrl__lua_test_tokenizer(L, -1);
+  if (!tok) return luaL_argerror(L, 2, "tokenizer: an rl.tokenizer expected");
+  lua_pop(L, 1);
+  if (lua_getfield(L, 2, "env") != LUA_TTABLE)
+    return luaL_argerror(L, 2, "env: an environment module (table) expected");
+  int module = lua_gettop(L);
+  if (lua_getfield(L, module, "new") != LUA_TFUNCTION)
+    return luaL_argerror(L, 2, "env: the module has no new() function");
+  lua_pop(L, 1);
+  if (lua_getfield(L, 2, "tasks") != LUA_TTABLE) return luaL_argerror(L, 2, "tasks: a list expected");
+  int tasks = lua_gettop(L);
+  int n = (int)luaL_len(L, tasks);
+  if (n < 1 || n > ro->episodes)
+    return luaL_argerror(L, 2, lua_pushfstring(L, "tasks: 1..%d tasks expected (the rollout's "
+                                               "episodes), got %d", ro->episodes, n));
+  if (lua_getfield(L, 2, "seeds") != LUA_TTABLE || luaL_len(L, -1) != n)
+    return luaL_argerror(L, 2, "seeds: a list as long as tasks expected");
+  int seeds_idx = lua_gettop(L);
+  mrl_rollout_config cfg;
+  memset(&cfg, 0, sizeof cfg);
+  cfg.sampling.temperature = (float)num_field(L, 2, "temperature", 1.0);
+  cfg.sampling.top_k = (int)int_field(L, 2, "top_k", 0);
+  cfg.sampling.top_p = (float)num_field(L, 2, "top_p", 1.0);
+  cfg.sampling.min_p = (float)num_field(L, 2, "min_p", 0.0);
+  cfg.max_turns = (int)int_field(L, 2, "max_turns", 8);
+  cfg.max_turn_tokens = (int)int_field(L, 2, "max_turn_tokens", 64);
+  cfg.chat = chat_option(L, 2);
+  lua_getfield(L, 2, "system");
+  if (lua_isnil(L, -1)) {
+    lua_pop(L, 1);
+    lua_getfield(L, module, "system");
+  }
+  cfg.system = lua_isnil(L, -1) ? NULL : luaL_checkstring(L, -1); /* kept on the stack */
+  lua_getfield(L, 2, "observation_role");
+  cfg.observation_role = lua_isnil(L, -1) ? NULL : luaL_checkstring(L, -1);
+
+  /* the step wrapper (moonrl.env.step) */
+  lua_getglobal(L, "require");
+  lua_pushstring(L, "moonrl.env");
+  lua_call(L, 1, 1);
+  lua_getfield(L, -1, "step");
+  int step_fn = lua_gettop(L);
+  /* environments: wrappers in a userdata (collected with the call's stack), references in the
+   * registry (released below, also when a later step raises) */
+  lua_env *envs = lua_newuserdatauv(L, sizeof(lua_env) * (size_t)n, 0);
+  mrl_env **pv = lua_newuserdatauv(L, sizeof(mrl_env *) * (size_t)n, 0);
+  uint64_t *seeds = lua_newuserdatauv(L, sizeof(uint64_t) * (size_t)n, 0);
+  for (int i = 0; i < n; i++)
+    envs[i] = (lua_env){.L = L, .module = LUA_NOREF, .instance = LUA_NOREF, .task = LUA_NOREF,
+                        .rng = LUA_NOREF, .record = LUA_NOREF, .step_fn = LUA_NOREF,
+                        .obs = LUA_NOREF};
+  lua_createtable(L, n, 0); /* the results */
+  int results = lua_gettop(L);
+  for (int i = 0; i < n; i++) {
+    lua_env *env = &envs[i];
+    env->vt = (mrl_env){env, env_reset, env_step, env_error};
+    pv[i] = &env->vt;
+    lua_geti(L, seeds_idx, i + 1);
+    int ok;
+    lua_Integer seed = lua_tointegerx(L, -1, &ok);
+    lua_pop(L, 1);
+    if (!ok) {
+      release_envs(L, envs, i);
+      return luaL_argerror(L, 2, lua_pushfstring(L, "seeds[%d]: integer expected", i + 1));
+    }
+    seeds[i] = (uint64_t)seed;
+    lua_getfield(L, module, "new");
+    if (lua_pcall(L, 0, 1, 0) != LUA_OK || !lua_istable(L, -1)) {
+      release_envs(L, envs, i);
+      return luaL_error(L, "env.new() failed: %s", lua_isstring(L, -1) ? lua_tostring(L, -1)
+                                                                       : "it did not return a table");
+    }
+    lua_pushvalue(L, -1);
+    env->instance = luaL_ref(L, LUA_REGISTRYINDEX);
+    lua_pushvalue(L, module);
+    env->module = luaL_ref(L, LUA_REGISTRYINDEX);
+    lua_geti(L, tasks, i + 1);
+    env->task = luaL_ref(L, LUA_REGISTRYINDEX);
+    mrl__lua_push_rng(L, (uint64_t)seed);
+    env->rng = luaL_ref(L, LUA_REGISTRYINDEX);
+    lua_newtable(L);
+    lua_pushvalue(L, -1);
+    env->record = luaL_ref(L, LUA_REGISTRYINDEX);
+    lua_pushvalue(L, step_fn);
+    env->step_fn = luaL_ref(L, LUA_REGISTRYINDEX);
+    /* the summary table: {instance =, record =, task =, seed =}, filled in below */
+    lua_createtable(L, 0, 10);
+    lua_insert(L, -3); /* summary, instance, record */
+    lua_setfield(L, -3, "record");
+    lua_setfield(L, -2, "instance");
+    lua_geti(L, tasks, i + 1);
+    lua_setfield(L, -2, "task");
+    lua_pushinteger(L, seed);
+    lua_setfield(L, -2, "seed");
+    lua_rawseti(L, results, i + 1);
+  }
+  mrl_status st = mrl_rollout_run(ro->r, tok, n, pv, seeds, &cfg);
+  release_envs(L, envs, n);
+  if (st) return mrl__lua_raise(L, ro->model->engine, st, 0);
+  static const char *const ends[] = {"running", "done", "max_turns", "budget", "env_error"};
+  for (int i = 0; i < n; i++) {
+    lua_rawgeti(L, results, i + 1);
+    int end = mrl_rollout_end(ro->r, i), turns = mrl_rollout_turn_count(ro->r, i);
+    lua_pushstring(L, end >= 0 && end <= 4 ? ends[end] : "running");
+    lua_setfield(L, -2, "end");
+    lua_pushinteger(L, turns);
+    lua_setfield(L, -2, "turns");
+    lua_pushinteger(L, mrl_rollout_length(ro->r, i));
+    lua_setfield(L, -2, "length");
+    const double *rw = mrl_rollout_rewards(ro->r, i);
+    lua_createtable(L, turns, 0);
+    double total = 0.0;
+    for (int t = 0; t < turns; t++) {
+      lua_pushnumber(L, rw[t]);
+      lua_rawseti(L, -2, t + 1);
+      total += rw[t];
+    }
+    lua_setfield(L, -2, "rewards");
+    lua_pushnumber(L, total);
+    lua_setfield(L, -2, "return_");
+    const char *err = mrl_rollout_error(ro->r, i);
+    if (err) {
+      lua_pushstring(L, err);
+      lua_setfield(L, -2, "error");
+    }
+    lua_pop(L, 1);
+  }
+  lua_pushvalue(L, results);
+  return 1;
+}
+
+/* ro:tensors(n) -> {tokens =, logprobs =, mask =, turns = (float tensors of the first n episodes,
+ * concatenated), offsets = {0, len1, len1 + len2, ...}}: one copy out of the rollout. */
+static int m_tensors(lua_State *L) {
+  lrollout *ro = check_rollout(L, 1);
+  lua_Integer n = luaL_checkinteger(L, 2);
+  if (n < 1 || n > ro->episodes)
+    return luaL_argerror(L, 2, lua_pushfstring(L, "n: expected 1..%d", ro->episodes));
+  int64_t total = 0;
+  for (int e = 0; e < n; e++) {
+    int len = mrl_rollout_length(ro->r, e);
+    if (len < 0) return luaL_argerror(L, 2, lua_pushfstring(L, "episode %d never ran", e + 1));
+    total += len;
+  }
+  mrl_engine *eng = mrl__lua_engine(L);
+  static const char *const names[] = {"tokens", "logprobs", "mask", "turns"};
+  lua_createtable(L, 0, 5);
+  float *dst[4];
+  for (int k = 0; k < 4; k++) {
+    mrl_tensor *t = NULL;
+    mrl_status st = mrl_tensor_new(eng, 1, &total, &t);
+    if (st) return mrl__lua_raise(L, eng, st, 0);
+    mrl__lua_push_tensor(L, t);
+    lua_setfield(L, -2, names[k]);
+    dst[k] = mrl_tensor_data(t);
+  }
+  lua_createtable(L, (int)n + 1, 0);
+  lua_pushinteger(L, 0);
+  lua_rawseti(L, -2, 1);
+  int64_t off = 0;
+  for (int e = 0; e < n; e++) {
+    int len = mrl_rollout_length(ro->r, e);
+    const int32_t *tokens = mrl_rollout_tokens(ro->r, e), *turns = mrl_rollout_turns(ro->r, e);
+    const float *lp = mrl_rollout_logprobs(ro->r, e), *mask = mrl_rollout_mask(ro->r, e);
+    for (int i = 0; i < len; i++) {
+      dst[0][off + i] = (float)tokens[i];
+      dst[3][off + i] = (float)turns[i];
+    }
+    memcpy(dst[1] + off, lp, sizeof(float) * (size_t)len);
+    memcpy(dst[2] + off, mask, sizeof(float) * (size_t)len);
+    off += len;
+    lua_pushinteger(L, off);
+    lua_rawseti(L, -2, e + 2);
+  }
+  lua_setfield(L, -2, "offsets");
+  return 1;
+}
+
+static int m_free(lua_State *L) {
+  lrollout *b = luaL_checkudata(L, 1, ROLLOUT_MT);
+  mrl_rollout_free(b->r);
+  b->r = NULL;
+  return 0;
+}
+
+static const luaL_Reg rollout_methods[] = {
+    {"run", m_run}, {"tensors", m_tensors}, {"free", m_free}, {NULL, NULL}};
+static const luaL_Reg rollout_meta[] = {{"__gc", m_free}, {"__close", m_free}, {NULL, NULL}};
+static const luaL_Reg rollout_funcs[] = {{"new", l_new}, {NULL, NULL}};
+
+void mrl__lua_open_rollout(lua_State *L) {
+  luaL_newmetatable(L, ROLLOUT_MT);
+  luaL_setfuncs(L, rollout_meta, 0);
+  luaL_newlib(L, rollout_methods);
+  lua_setfield(L, -2, "__index");
+  lua_pop(L, 1);
+  luaL_newlib(L, rollout_funcs);
+}
