@@ -29,7 +29,7 @@ SANFLAGS    := -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitiz
 endif
 CFLAGS      ?=
 ALL_CFLAGS  := $(CFLAGS_BASE) $(SANFLAGS) $(CFLAGS)
-LDLIBS_CORE := -lm -ldl -lpthread
+LDLIBS_CORE := -lm -ldl -lpthread -lseccomp
 
 # engine core (no Lua: every engine/src file but the lua_* ones and script.c), the Lua binding
 # (lua_*.c), and what only the library and the command need (scripts, embedded Lua modules)
@@ -110,6 +110,9 @@ $(BUILD)/tests/%: tests/c/%.c tests/c/check.c tests/c/check.h tests/c/support.c 
 $(BUILD)/bench_tensor: scripts/bench_tensor.c scripts/bench_common.h $(STATIC_LIB)
 	$(CC) $(ALL_CFLAGS) $(CPPFLAGS) -Iscripts -o $@ $< $(STATIC_LIB) -llua$(LUA_VER) $(LDLIBS_CORE)
 
+$(BUILD)/bench_sandbox: scripts/bench_sandbox.c scripts/bench_common.h $(STATIC_LIB)
+	$(CC) $(ALL_CFLAGS) $(CPPFLAGS) -Iscripts -o $@ $< $(STATIC_LIB) -llua$(LUA_VER) $(LDLIBS_CORE)
+
 # Linked with OpenBLAS the usual way: the baseline of OpenBLAS choosing its own kernels.
 $(BUILD)/bench_stock_blas: scripts/bench_stock_blas.c scripts/bench_common.h
 	$(CC) $(ALL_CFLAGS) -Iscripts -o $@ $< -lopenblas
@@ -137,7 +140,8 @@ demo: all
 	$(MOONRL) run recipes/quickstart.lua
 
 bench: all
-	@$(MAKE) --no-print-directory $(BUILD)/bench_tensor $(BUILD)/bench_stock_blas
+	@sh scripts/deps.sh bubblewrap
+	@$(MAKE) --no-print-directory $(BUILD)/bench_tensor $(BUILD)/bench_stock_blas $(BUILD)/bench_sandbox
 	@sh scripts/bench.sh $(BUILD)
 
 # check-torch: a model saved by moonrl (F32 and BF16) gives the same logits in the plain PyTorch

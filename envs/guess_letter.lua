@@ -1,15 +1,18 @@
--- guess_letter.lua - a multi-turn environment: find a hidden letter between two given letters,
--- with "later" / "earlier" replies after each guess. Bisection finds it within max_turns; a
--- policy that ignores the replies does not. Each task has its own interval and letter; the
--- "train" and "test" splits never share a task.
+-- guess_letter.lua - a multi-turn environment: find a hidden letter in an interval of the
+-- alphabet in at most 4 guesses. After each wrong guess the reply says "later" or "earlier" and
+-- restates the letters still possible, so a policy that bisects on the replies always wins on
+-- intervals of up to 15 letters; one that guesses near the low end wins about 60% of the time.
+-- Each task has its own interval and letter; the "train" and "test" splits never share a task.
 --
---   observation  "find the letter from d to q"     action  "j"
---   observation  "later"                            action  "n"
---   observation  "earlier"                          action  "l"      -> "found", reward 1
+--   observation  "letters d to q"       action  "j"
+--   observation  "later, k to q"        action  "n"
+--   observation  "earlier, k to m"      action  "l"      -> done, reward 1
+--
+-- The oracle (for SFT) is deliberately imperfect: it usually guesses a sixth of the way into the
+-- interval, sometimes the middle, sometimes at random. RL has to find out that the middle wins.
 local M = {
   name = "guess_letter",
-  max_turns = 5,
-  system = nil,
+  max_turns = 4,
   format = "line",
 }
 
@@ -32,8 +35,7 @@ local function all_tasks(split)
   return list
 end
 
--- tasks(split, n, seed): n tasks of the split, drawn with the seed (repeats only if n exceeds
--- the split's size).
+-- tasks(split, n, seed): n tasks of the split, drawn with the seed.
 function M.tasks(split, n, seed)
   assert(split == "train" or split == "test", "split must be \"train\" or \"test\"")
   local pool, rng, out = all_tasks(split), require("moonrl").rng(seed or 0), {}
@@ -43,71 +45,60 @@ end
 
 local function letter(i) return string.char(A + i) end
 
-local function first_observation(task)
-  return string.format("find the letter from %s to %s", letter(task.from), letter(task.to))
-end
-
 local Episode = {}
 Episode.__index = Episode
 
 function M.new() return setmetatable({}, Episode) end
 
-function Episode:reset(task, rng)
-  self.task, self.rng, self.lo, self.hi, self.turn = task, rng, task.from, task.to, 0
-  return first_observation(task)
+function Episode:reset(task)
+  self.task, self.lo, self.hi, self.turn = task, task.from, task.to, 0
+  return string.format("letters %s to %s", letter(self.lo), letter(self.hi))
 end
 
--- The first letter of the reply decides; anything else is an invalid guess (no reward).
+-- The first letter of the reply is the guess; a reply without one is invalid (and wastes the
+-- turn).
 function Episode:step(action, parsed)
   self.turn = self.turn + 1
-  local text = parsed.text or action
-  local g = text:match("^%s*(%l)")
-  if not g then return "invalid", 0, false, { success = false } end
+  local g = (parsed.text or action):match("^%s*(%l)")
+  local range = function(word)
+    return string.format("%s, %s to %s", word, letter(self.lo), letter(self.hi))
+  end
+  if not g then return range("invalid"), 0, false, { success = false, invalid = true } end
   local i = g:byte() - A
   if i == self.task.letter then return nil, 1, true, { success = true, turns = self.turn } end
   if i < self.task.letter then
     self.lo = math.max(self.lo, i + 1)
-    return "later", 0, false, { success = false }
+    return range("later"), 0, false, { success = false }
   end
   self.hi = math.min(self.hi, i - 1)
-  return "earlier", 0, false, { success = false }
+  return range("earlier"), 0, false, { success = false }
 end
 
 function Episode:clone()
-  local copy = setmetatable({}, Episode)
-  for k, v in pairs(self) do copy[k] = v end
-  return copy
+  return setmetatable({ task = self.task, lo = self.lo, hi = self.hi, turn = self.turn }, Episode)
 end
 
-function Episode:state_key()
-  return string.format("%d-%d", self.lo, self.hi)
-end
+-- The state a guess acts on (GiGPO groups turns that saw the same interval).
+function Episode:state_key() return string.format("%d-%d", self.lo, self.hi) end
 
--- oracle(task, rng): a deliberately imperfect demonstration: bisection, except that 40% of the
--- guesses are a random letter of the interval still possible. Returns the list of actions.
+-- oracle(task, rng) -> the demonstration's actions: 60% of guesses a sixth of the way into the
+-- interval still possible, 25% its middle, 15% a random letter of it.
 function M.oracle(task, rng)
   local lo, hi, actions = task.from, task.to, {}
   for _ = 1, M.max_turns do
-    local g = (lo + hi) // 2
-    if rng:random() < 0.4 then g = rng:random(lo, hi) end
+    local u, g = rng:random(), nil
+    if u < 0.60 then
+      g = lo + (hi - lo) // 6
+    elseif u < 0.85 then
+      g = (lo + hi) // 2
+    else
+      g = rng:random(lo, hi)
+    end
     actions[#actions + 1] = letter(g)
     if g == task.letter then break end
     if g < task.letter then lo = g + 1 else hi = g - 1 end
   end
   return actions
-end
-
--- The conversation an action list produces (for SFT): messages alternating user/assistant.
-function M.demonstration(task, actions)
-  local msgs = { { role = "user", content = first_observation(task) } }
-  local lo, hi = task.from, task.to
-  for _, a in ipairs(actions) do
-    msgs[#msgs + 1] = { role = "assistant", content = a }
-    local i = a:byte() - A
-    if i == task.letter then break end
-    msgs[#msgs + 1] = { role = "user", content = i < task.letter and "later" or "earlier" }
-  end
-  return msgs
 end
 
 return M

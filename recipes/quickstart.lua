@@ -1,75 +1,47 @@
--- quickstart.lua - what `make demo` runs for now: softmax regression on synthetic clusters, written
--- with moonrl tensors from Lua (matmul on OpenBLAS, broadcasting, softmax, reductions, gather).
--- The RL quickstart replaces it once the policy model and trainer exist.
+-- quickstart.lua - what `make demo` runs: a byte-level policy learns a multi-turn task on a CPU.
 --
---   moonrl run recipes/quickstart.lua [steps]
+-- The environment (envs/guess_letter.lua) hides a letter in an interval of the alphabet; the
+-- agent has 4 guesses and is told "later" or "earlier" after each. A small Llama-style policy is
+-- trained from scratch: first SFT on an oracle that usually guesses near the low end of the
+-- interval (imperfect on purpose), then GRPO-family RL (GiGPO: episode- and step-level group
+-- advantages, PPO clip-higher loss). Success on held-out tasks, never trained on, is measured
+-- greedily after SFT and after RL.
+--
+--   moonrl run recipes/quickstart.lua [seed]        (files go to runs/quickstart/)
 local rl = require "moonrl"
-local T = rl.tensor
 
-local steps = tonumber(arg and arg[1]) or 200
-local classes, dim, per_class = 4, 16, 256
-local n = classes * per_class
+local root = os.getenv("MOONRL_ROOT") or "."
+package.path = root .. "/?.lua;" .. package.path
+local env = require "envs.guess_letter"
 
-local blas = rl.blas_info()
-print(string.format("moonrl %s, OpenBLAS core %s (chosen by %s), %d threads",
-  rl.version, blas.core, blas.source, blas.threads))
+local seed = math.tointeger(tonumber(arg and arg[1] or "")) or 1
+local tok = rl.tokenizer.bytes()
+local model = rl.model.new { vocab = tok:vocab_size(), dim = 64, layers = 2, heads = 4, ffn = 192,
+  ctx = 128, seed = seed }
 
--- Data: class c is a Gaussian blob around a random centre; a held-out set comes from the same
--- centres with other noise.
-local centres = T.randn({ classes, dim }, 1):scale(0.5)
-local function make_split(seed)
-  local noise = T.randn({ n, dim }, seed)
-  local labels, rows = {}, {}
-  for i = 1, n do
-    labels[i] = (i - 1) % classes + 1
-    rows[i] = labels[i]
-  end
-  local x = centres:index_select(1, rows) + noise
-  return x, labels
-end
-local x_train, y_train = make_split(2)
-local x_test, y_test = make_split(3)
+print(string.format("quickstart: %s, policy of %d parameters, BLAS %s x%d", env.name,
+  model:config().params, rl.blas_info().core, rl.blas_info().threads))
 
--- One-hot targets (n x classes).
-local function one_hot(labels)
-  local t = T.zeros { #labels, classes }
-  for i, c in ipairs(labels) do t:set(i, c, 1) end
-  return t
-end
-local targets = one_hot(y_train)
+local result = rl.train {
+  model = model, tokenizer = tok, env = env, name = "quickstart", dir = root .. "/runs", seed = seed,
+  -- SFT warm start: 2000 oracle demonstrations, 6 epochs
+  sft = { examples = 2000, epochs = 6, lr = 3e-3, batch_size = 16, warmup = 10 },
+  -- RL: 240 steps of 16 tasks x 16 episodes, one PPO epoch in minibatches of 64 episodes
+  steps = 240, tasks_per_step = 16, group_size = 16, minibatch = 64, epochs = 1,
+  max_turn_tokens = 3, temperature = 1.0,
+  advantage = "gigpo", gamma = 0.8,           -- a success found sooner is worth more
+  loss = "ppo", clip_low = 0.2, clip_high = 0.28,
+  lr = 2e-3, schedule = "cosine", min_lr = 2e-4,
+  eval = { every = 30, tasks = 256, k = 4 },  -- held-out: greedy success and pass@4
+}
 
-local function accuracy(w, b, x, labels)
-  local predicted = (x:matmul(w) + b):argmax(2) -- 1-based class per row
-  local hits = 0
-  for i = 1, #labels do
-    if predicted[i] == labels[i] then hits = hits + 1 end
-  end
-  return hits / #labels
-end
-
--- Parameters and full-batch gradient descent on the mean cross-entropy.
-local w = T.randn({ dim, classes }, 4):scale(0.01)
-local b = T.zeros { classes }
-local lr = 0.05
-local picked = {}
-for i = 1, n do picked[i] = { y_train[i] } end
-
-print(string.format("before training: held-out accuracy %.1f%%", 100 * accuracy(w, b, x_test, y_test)))
-local t0 = rl.clock()
-for step = 1, steps do
-  local logits = x_train:matmul(w) + b                 -- (n, classes), b broadcasts over rows
-  local logp = logits:log_softmax()
-  local loss = -logp:gather(2, picked):mean()          -- log-probability of each true class
-  local grad_logits = (logp:exp() - targets) / n       -- d loss / d logits
-  local grad_w = x_train:matmul(grad_logits, { trans_a = true })
-  local grad_b = grad_logits:sum(1)
-  w = w - grad_w:scale(lr)
-  b = b - grad_b:scale(lr)
-  if step == 1 or step % 40 == 0 then
-    print(string.format("step %4d  loss %.4f  train acc %5.1f%%  held-out acc %5.1f%%", step, loss,
-      100 * accuracy(w, b, x_train, y_train), 100 * accuracy(w, b, x_test, y_test)))
-  end
-end
-local elapsed = rl.clock() - t0
-print(string.format("%d steps in %.2f s; held-out accuracy %.1f%%", steps, elapsed,
-  100 * accuracy(w, b, x_test, y_test)))
+local b, a = result.before, result.after
+print(string.format("SFT: %d examples, final loss %.3f, %.0f s", result.sft.examples,
+  result.sft.final_loss, result.sft.seconds))
+print(string.format("held-out greedy success: after SFT %.1f%%, after RL %.1f%% (%+.1f points)",
+  100 * b["eval/greedy_success"], 100 * a["eval/greedy_success"],
+  100 * (a["eval/greedy_success"] - b["eval/greedy_success"])))
+print(string.format("held-out sampled success: after SFT %.1f%%, after RL %.1f%%; pass@4 %.1f%% -> %.1f%%",
+  100 * b["eval/sample_success"], 100 * a["eval/sample_success"], 100 * b["eval/pass_at_k"],
+  100 * a["eval/pass_at_k"]))
+print("files: " .. result.dir .. "/metrics.jsonl, episodes.jsonl, curve.svg")

@@ -2,7 +2,8 @@
 # bench.sh - `make bench`: sgemm GFLOPS through the engine from C and from Lua beside a direct
 # cblas_sgemm call on the same OpenBLAS in the same process; OpenBLAS linked the usual way with
 # each core type (and with its own detection) as baselines; elementwise throughput; the policy
-# model's training and sampling beside PyTorch. BENCH_ROUNDS (default 3) alternating rounds.
+# model's training and sampling beside PyTorch; the tool sandbox beside fork+exec and bubblewrap.
+# BENCH_ROUNDS (default 3) alternating rounds.
 # usage: sh scripts/bench.sh BUILD
 set -eu
 BUILD=${1:?usage: bench.sh BUILD}
@@ -141,3 +142,54 @@ awk -F'\t' -v peak="$peak" '
       }
     }
   }' "$tmp/model"
+
+# ---- RL: rollouts of the quickstart environment, one update, advantages and loss at 1M tokens ----
+: >"$tmp/rl"
+for round in $(seq "$ROUNDS"); do
+  "$BUILD/moonrl" run scripts/bench_rl.lua | grep "^rl" >>"$tmp/rl"
+done
+medians <"$tmp/rl" >"$tmp/rlm"
+echo
+echo "RL (median of $ROUNDS rounds, each the best of its repetitions): the quickstart policy (d=64"
+echo "L=2) on guess_letter, 256 episodes (16 tasks x 16) decoded together, up to 4 turns of 3 tokens."
+awk -F'\t' '{ v[$2] = $3 } END {
+  printf "  rollout: %.0f episodes in %.3f s: %.0f turns/s, %.0f tokens/s (%.0f sampled tokens/s)\n",
+         v["rollout_episodes"], v["rollout_seconds"], v["rollout_turns_per_s"],
+         v["rollout_tokens_per_s"], v["rollout_sampled_tokens_per_s"]
+  printf "  time in Lua environment code (reset, parse, step): %.1f%% of the rollout\n",
+         100 * v["rollout_lua_share"]
+  printf "  PPO update of that batch (4 minibatches: forward, loss, backward, AdamW): %.3f s, %.0f tokens/s\n",
+         v["update_seconds"], v["update_tokens_per_s"]
+  printf "  1M tokens (4096 episodes x 256): GRPO advantages + broadcast %.1f ms; PPO loss + gradient %.1f ms\n",
+         1000 * v["grpo_1m_seconds"], 1000 * v["ppo_loss_1m_seconds"]
+}' "$tmp/rlm"
+
+# ---- the tool sandbox: /bin/true through a pool (every protection on) beside plain fork+exec
+# and bubblewrap, sampled in alternation in the same process; calls per second through the
+# pool; restricted-Lua calls. scripts/bench_sandbox.c pins itself to two cores. ----
+: >"$tmp/sandbox"
+for round in $(seq "$ROUNDS"); do
+  "$BUILD/bench_sandbox" 200 >>"$tmp/sandbox" ||
+    printf 'sandbox\terror\tbench_sandbox failed (exit %s)\n' "$?" >>"$tmp/sandbox"
+done
+echo
+echo "tool sandbox, 2 cores; latency = median of 200 calls per round, median of $ROUNDS rounds:"
+medians <"$tmp/sandbox" | awk -F'\t' '
+  $1 == "sandbox" { v[$2] = $3 }
+  END {
+    if ("error" in v) print "  " v["error"]
+    printf "  protections on: %s\n", v["protections"]
+    printf "  %-44s %8.3f ms   (target <= 2.0 ms)\n", "/bin/true through the pool", v["pool_true_ms"]
+    printf "  %-44s %8.3f ms\n", "  the same without the network namespace", v["pool_no_net_true_ms"]
+    printf "  %-44s %8.3f ms\n", "plain fork+exec", v["fork_exec_true_ms"]
+    if ("bwrap_true_ms" in v)
+      printf "  %-44s %8.3f ms   pool %.2fx faster (target >= 2x)\n",
+             "bwrap --unshare-all --ro-bind / / true", v["bwrap_true_ms"],
+             v["bwrap_true_ms"] / v["pool_true_ms"]
+    else print "  bwrap: " v["bwrap"]
+    printf "  %-44s %8.0f /s   (target >= 700; 4, 8, 16 in flight: %s, %s, %s)\n",
+           "calls through the pool", v["pool_calls_per_s"], v["pool_calls_per_s_4_in_flight"],
+           v["pool_calls_per_s_8_in_flight"], v["pool_calls_per_s_16_in_flight"]
+    printf "  %-44s %8.4f ms\n", "restricted Lua call, in-process", v["lua_call_ms"]
+    printf "  %-44s %8.3f ms\n", "restricted Lua call, sandboxed worker", v["lua_worker_call_ms"]
+  }'

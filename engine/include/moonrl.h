@@ -338,6 +338,12 @@ MRL_API mrl_status mrl_model_new(mrl_engine *e, const mrl_model_config *cfg, uin
                                  mrl_model **out);
 MRL_API void mrl_model_free(mrl_model *m);
 MRL_API mrl_status mrl_model_config_get(const mrl_model *m, mrl_model_config *out);
+/* A new model with m's configuration and a copy of its weights (not its gradients or optimizer
+ * state), e.g. a frozen reference policy. *out: caller owns. */
+MRL_API mrl_status mrl_model_clone(const mrl_model *m, mrl_model **out);
+/* Forgets the AdamW moments and step count (the next step starts a fresh optimizer, as a new
+ * training stage should). */
+MRL_API mrl_status mrl_model_reset_optimizer(mrl_model *m);
 
 /* Named parameters: count, and for each its Hugging Face name (borrowed, lives with the model)
  * and new views of the weights and of their gradients (caller owns both, and they keep the
@@ -649,6 +655,590 @@ MRL_API int mrl_rollout_end(const mrl_rollout *r, int e);
 MRL_API int mrl_rollout_turn_count(const mrl_rollout *r, int e);
 MRL_API const double *mrl_rollout_rewards(const mrl_rollout *r, int e);
 MRL_API const char *mrl_rollout_error(const mrl_rollout *r, int e);
+
+/* ---- advantages and losses -----------------------------------------------------------------
+ * The advantage estimators, KL estimators and policy losses of shared/spec/advantage.md (section
+ * numbers below are that file's), as pure functions on caller arrays: no model, no Lua, no I/O.
+ * - Token arrays are (rows, cols) row-major floats: a row is one response, or one step (turn) of
+ *   a multi-turn trajectory, right-padded. A mask holds exactly 0 or 1; 1 marks the tokens the
+ *   policy generated and is trained on (observation tokens inside a row are 0).
+ * - Per-row values (scores, baselines, step rewards) are doubles. Ids (prompt group, trajectory,
+ *   agent, anchor state, segment) are int64_t labels compared only for equality: rows with equal
+ *   ids form a group, whatever the values.
+ * - Everything is computed in double; float outputs are rounded once, at the end.
+ * - Inputs must be finite, except the token inputs of losses at mask-0 positions (ignored). A
+ *   required pointer may be NULL only when its array is empty. Outputs are caller buffers of the
+ *   stated size that do not overlap the inputs (unless a function says it works in place);
+ *   optional outputs may be NULL. Nothing is kept after a call: the caller owns every array. e is
+ *   required (messages, and scratch memory counted toward its limit). Every check comes first:
+ *   on failure no output has been written.
+ * - Gradients are ADDED to the caller's buffer (zero it first), so a policy loss, a KL loss and an
+ *   entropy bonus sum into the one dlogprobs (and dentropy) that mrl_model_backward consumes.
+ * - Losses are to be minimised. Empty denominators give 0 (a batch without valid tokens has loss
+ *   0), except whitening, which fails: its variance is undefined below 2 tokens. */
+
+/* -- loss aggregation (spec section 3): how a (rows, cols) per-token loss becomes one number -- */
+typedef enum mrl_loss_agg {
+  MRL_AGG_TOKEN_MEAN = 0,              /* sum(l m) / sum(m) (DAPO's token-level loss) */
+  MRL_AGG_SEQ_MEAN_TOKEN_SUM = 1,      /* mean over rows with a token of sum_t(l m) */
+  MRL_AGG_SEQ_MEAN_TOKEN_MEAN = 2,     /* mean over rows with a token of sum_t(l m)/sum_t(m) */
+  MRL_AGG_SEQ_MEAN_TOKEN_SUM_NORM = 3, /* sum(l m) / C (Dr. GRPO in verl) */
+  MRL_AGG_OAT_DRGRPO = 4               /* mean over all rows of sum_t(l m) / C (Dr. GRPO's code) */
+} mrl_loss_agg;
+
+/* *out = the aggregated loss. norm is C of the two sum-norm modes (<= 0: cols). Values of loss
+ * at mask-0 positions are ignored, NaN included. */
+MRL_API mrl_status mrl_agg_loss(mrl_engine *e, mrl_loss_agg mode, double norm, const float *loss,
+                                const float *mask, int64_t rows, int64_t cols, double *out);
+
+/* -- outcome advantages (section 1): one score per row, S = the row's sum of token rewards over
+ * every position (a reward on a mask-0 position counts), normalised within prompt groups, then
+ * written to every token as adv = a * mask. -- */
+typedef enum mrl_outcome_kind {
+  MRL_ADV_GRPO = 0,       /* (S - mean)/(std + eps); Dr. GRPO when norm_by_std is 0: S - mean */
+  MRL_ADV_GRPO_PASSK = 1, /* best member: max - second max (/(std + eps)); others 0; size >= 2 */
+  MRL_ADV_RLOO = 2,       /* S - mean of the others; a group of one: S, or 0 (singleton_zero) */
+  MRL_ADV_OPO = 3,        /* S - length-weighted mean (lengths: mask sums); a group of one: S */
+  MRL_ADV_GPG = 4,        /* B / max(#{S != 0}, 1) * (S - mean) / f_norm */
+  MRL_ADV_REINFORCE_PP_BASELINE = 5 /* S - mean, then whitened over every mask-1 token */
+} mrl_outcome_kind;
+
+/* Groups of one use mean 0 and std 1 (they keep their raw score); std is the unbiased one. */
+typedef struct mrl_outcome_opts {
+  double epsilon;     /* added to the std (1e-6) */
+  int norm_by_std;    /* GRPO and pass@k: divide by std + epsilon (1) */
+  int singleton_zero; /* RLOO: a group of one gets 0 (0) */
+  double f_norm;      /* GPG's normaliser (1) */
+} mrl_outcome_opts;
+
+/* Fills *opts with the defaults above. */
+MRL_API void mrl_outcome_defaults(mrl_outcome_opts *opts);
+/* rewards, mask, adv: (rows, cols); group: rows prompt-group ids; opts NULL: defaults. */
+MRL_API mrl_status mrl_outcome_advantage(mrl_engine *e, mrl_outcome_kind kind,
+                                         const mrl_outcome_opts *opts, const float *rewards,
+                                         const float *mask, const int64_t *group, int64_t rows,
+                                         int64_t cols, float *adv);
+
+/* -- token-level returns (1.1, 1.6, 1.8); all arrays (rows, cols); returns may be NULL -- */
+/* GAE with a critic: mask-0 tokens neither bootstrap nor advance the recursion (observation
+ * tokens are transparent). returns = advantages + values; adv is then whitened over the mask-1
+ * tokens (fails below 2 of them) and left unmasked. gamma, lambda in [0, 1] (verl: 1, 1). */
+MRL_API mrl_status mrl_gae(mrl_engine *e, const float *rewards, const float *values,
+                           const float *mask, int64_t rows, int64_t cols, double gamma,
+                           double lambda, float *adv, float *returns);
+/* REINFORCE++: discounted return-to-go per row, reset at every mask-0 token (credit does not
+ * cross an observation); adv = whitened returns * mask. */
+MRL_API mrl_status mrl_reinforce_pp(mrl_engine *e, const float *rewards, const float *mask,
+                                    int64_t rows, int64_t cols, double gamma, float *adv,
+                                    float *returns);
+/* ReMax: returns = reverse cumulative sum of rewards * mask; adv = returns - baseline[b] * mask
+ * (unmasked). baseline: rows rewards of the greedy rollouts. */
+MRL_API mrl_status mrl_remax(mrl_engine *e, const float *rewards, const float *mask,
+                             const double *baseline, int64_t rows, int64_t cols, float *adv,
+                             float *returns);
+
+/* -- OpenSearch-VL fatal-aware training (6.8) -- */
+typedef enum mrl_fatal_reason {
+  MRL_FATAL_NONE = 0,               /* not fatal */
+  MRL_FATAL_CONSECUTIVE_ERRORS = 1, /* index: the first step of the first run of threshold errors */
+  MRL_FATAL_NO_FINAL_ANSWER = 2,    /* no such run, no answer: index = steps (nothing masked) */
+  MRL_FATAL_NO_STEPS = 3            /* index 0 */
+} mrl_fatal_reason;
+/* The fatal step of one trajectory from its per-step error flags (non-zero: the step failed).
+ * *index gets -1 when the trajectory is not fatal. threshold >= 1 (3). */
+MRL_API mrl_status mrl_fatal_step(mrl_engine *e, const uint8_t *step_is_error, int64_t steps,
+                                  int answered, int threshold, int64_t *index,
+                                  mrl_fatal_reason *reason);
+/* In place on mask (rows, cols): for each row with fatal_index[b] >= 0, zeroes the mask from the
+ * first token of its fatal_index[b]-th run of 1s (runs counted from 0) to the end. */
+MRL_API mrl_status mrl_fatal_mask(mrl_engine *e, const int64_t *fatal_index, int64_t rows,
+                                  int64_t cols, float *mask);
+/* In place on adv (rows, cols): adv = max(adv, 0) on the rows whose is_fatal is non-zero, after
+ * any estimator has used them in its group statistics. */
+MRL_API mrl_status mrl_fatal_clamp(mrl_engine *e, const uint8_t *is_fatal, int64_t rows,
+                                   int64_t cols, float *adv);
+
+/* -- step- and trajectory-level methods (6.1 - 6.4, 6.5): rows are steps of trajectories -- */
+/* Discounted returns R_k = r_k + gamma R_(k+1) over each trajectory's rows in batch order
+ * (traj NULL: all rows are one trajectory, e.g. the turns of one episode). With env_step (Dr. MAS),
+ * consecutive rows of a trajectory with equal env_step form one step whose reward is its first
+ * row's and whose return every row of it gets. rewards, returns: n. */
+MRL_API mrl_status mrl_step_returns(mrl_engine *e, const double *rewards, const int64_t *traj,
+                                    const int64_t *env_step, int64_t n, double gamma,
+                                    double *returns);
+
+typedef enum mrl_norm_mode {
+  MRL_NORM_MEAN = 0,    /* x - mean */
+  MRL_NORM_MEAN_STD = 1 /* (x - mean) / (std + epsilon) */
+} mrl_norm_mode;
+
+typedef struct mrl_gigpo_opts {
+  double epsilon;     /* 1e-6 */
+  double step_weight; /* w of the step term (1) */
+  mrl_norm_mode mode; /* MRL_NORM_MEAN */
+  int dedup_traj;     /* episode statistics over one row per (group, traj), the first (0) */
+} mrl_gigpo_opts;
+MRL_API void mrl_gigpo_defaults(mrl_gigpo_opts *opts);
+
+/* GiGPO: adv = (A_episode + w A_step) * mask. A_episode: the row score S (sum of its token
+ * rewards) normalised within its prompt group (groups of one: mean 0, std 1). A_step: step_rewards
+ * (the discounted returns of mrl_step_returns) normalised within the step group, the rows of one
+ * prompt group with equal anchor (the environment state the step acted on; groups of one: 0).
+ * BEACON's dual-scale advantage is this function with its milestone segment ids as anchors and
+ * its shaped rewards as step_rewards. rewards, mask, adv, episode_adv, step_adv: (rows, cols);
+ * step_rewards, group, traj, anchor, step_group: rows. step_group (optional) gets the dense step
+ * group of each row, numbered in order of first appearance; traj is needed only with dedup_traj.
+ * opts NULL: defaults. */
+MRL_API mrl_status mrl_gigpo(mrl_engine *e, const mrl_gigpo_opts *opts, const float *rewards,
+                             const double *step_rewards, const float *mask, const int64_t *group,
+                             const int64_t *traj, const int64_t *anchor, int64_t rows, int64_t cols,
+                             float *adv, float *episode_adv, float *step_adv, int64_t *step_group);
+
+/* Dr. MAS (6.4). agent_wise: rows normalised within (prompt group, agent). Otherwise each
+ * (group, traj) trajectory's rows' mean score is normalised among the trajectories of its prompt
+ * group and given to all its rows. Groups of one keep their score. agent may be NULL when
+ * agent_wise is 0. adv: (rows, cols). */
+MRL_API mrl_status mrl_drmas(mrl_engine *e, const float *rewards, const float *mask,
+                             const int64_t *group, const int64_t *traj, const int64_t *agent,
+                             int64_t rows, int64_t cols, int agent_wise, int norm_by_std,
+                             double epsilon, float *adv);
+
+/* StepPO step-level GAE (6.3): step reward = sum of rewards * mask, step value = values[b, 0];
+ * GAE along each trajectory's step indices (gaps are zero-reward, zero-value steps; a (traj, step)
+ * pair appears once), whitened over the rows (unbiased std + 1e-8; needs 2 rows). adv and returns
+ * (rows, cols) are masked. */
+MRL_API mrl_status mrl_steppo_gae(mrl_engine *e, const float *rewards, const float *values,
+                                  const float *mask, const int64_t *traj, const int64_t *step,
+                                  int64_t rows, int64_t cols, double gamma, double lambda,
+                                  float *adv, float *returns);
+
+/* -- BEACON milestones (6.5) -- */
+/* Static milestones: match[k] = the first action after milestone k-1's that is similar to
+ * milestone k (mrl_text_similarity >= threshold), or -1 (and -1 for every later one). Texts are
+ * len bytes (lens NULL: NUL-terminated). match: n_milestones. */
+MRL_API mrl_status mrl_match_milestones(mrl_engine *e, const char *const *actions,
+                                        const size_t *action_lens, int64_t n_actions,
+                                        const char *const *milestones, const size_t *milestone_lens,
+                                        int64_t n_milestones, double threshold, int64_t *match);
+/* Segment rewards of one trajectory of `steps` steps from static matches (increasing, then -1s):
+ * steps up to the k-th matched step get gamma^(distance to it) in segment k; after the last
+ * match, 0 in the segment of the first unmatched milestone, or -1 when all matched. rewards,
+ * segment: steps (unscaled: multiply by R_ms). */
+MRL_API mrl_status mrl_milestone_segments(mrl_engine *e, int64_t steps, const int64_t *match,
+                                          int64_t n_milestones, double gamma, double *rewards,
+                                          int64_t *segment);
+/* Dynamic milestones: rows are steps of trajectories (traj, batch order); a row with
+ * is_milestone non-zero closes a segment. Rows up to it get scale * gamma^(distance), rows after a
+ * trajectory's last milestone 0; segment = number of milestone rows before it in its trajectory. */
+MRL_API mrl_status mrl_milestone_segments_dynamic(mrl_engine *e, const uint8_t *is_milestone,
+                                                  const int64_t *traj, int64_t n, double gamma,
+                                                  double scale, double *rewards, int64_t *segment);
+
+/* -- text and action-sequence similarity -- */
+/* Python difflib's SequenceMatcher(None, a, b).ratio() over Unicode code points (UTF-8 decoded;
+ * each maximal invalid subpart counts as one symbol), with difflib's "popular element" heuristic
+ * (autojunk) for b of 200 or more symbols. */
+MRL_API mrl_status mrl_text_similarity(mrl_engine *e, const char *a, size_t a_len, const char *b,
+                                       size_t b_len, double *ratio);
+/* GiGPO's similarity step groups: within each prompt group, rows in batch order join the first
+ * cluster whose first member is similar (ratio >= threshold, 0 < threshold < 1) or open a new
+ * one. out: n dense cluster ids in order of creation. lens NULL: NUL-terminated texts. */
+MRL_API mrl_status mrl_similarity_groups(mrl_engine *e, const char *const *texts,
+                                         const size_t *lens, const int64_t *group, int64_t n,
+                                         double threshold, int64_t *out);
+/* Levenshtein distance of two symbol sequences divided by the longer length (0 when both are
+ * empty). */
+MRL_API mrl_status mrl_edit_distance(mrl_engine *e, const int64_t *a, int64_t a_len,
+                                     const int64_t *b, int64_t b_len, double *out);
+
+/* Selective rollout gate (6.9) over a group of trajs >= 2 action sequences: trajectory i's
+ * actions (symbol ids) are actions[offsets[i] .. offsets[i + 1]). Prefixes of K actions are padded
+ * with an end symbol unlike every action. */
+typedef struct mrl_selective_gate {
+  double edit_distance;  /* mean pairwise normalised edit distance of the prefixes */
+  double termination;    /* fraction of trajectories with at most K - 1 actions */
+  double unique_action;  /* distinct actions at position K - 1 / trajs */
+  double unique_prefix;  /* distinct prefixes / trajs */
+  double bigram_jaccard; /* mean pairwise Jaccard distance of the prefixes' bigram sets */
+  double action_entropy; /* entropy of the actions at K - 1 / log(trajs) */
+  int cut;               /* edit_distance < d_low or termination >= t_high */
+} mrl_selective_gate;
+MRL_API mrl_status mrl_selective_gate_eval(mrl_engine *e, const int64_t *actions,
+                                           const int64_t *offsets, int64_t trajs, int64_t K,
+                                           double d_low, double t_high, mrl_selective_gate *out);
+
+/* -- A2TGPO (6.6) -- */
+typedef struct mrl_a2tgpo_opts {
+  double epsilon;   /* 1e-6 */
+  double gamma;     /* discount of the accumulation (1) */
+  double alpha;     /* weight of the information-gain term (0.3) */
+  double clip_beta; /* turn clip scale 1 + beta (2 sigmoid(g) - 1) (0.3) */
+  int ig_ddof;      /* 0: population std of the (group, turn) groups; 1: unbiased */
+} mrl_a2tgpo_opts;
+MRL_API void mrl_a2tgpo_defaults(mrl_a2tgpo_opts *opts);
+/* trajs trajectories; trajectory i's information gains are ig[offsets[i] .. offsets[i + 1]), its
+ * prompt group group[i] and its outcome reward outcome[i]. Per IG turn (offsets[trajs] entries):
+ * normed (g, normalised within (group, turn index); groups of one: 0), accumulated (D),
+ * turn_adv (alpha D + A_o) and clip_scale; per trajectory outcome_adv (A_o: GRPO of the outcomes,
+ * the answer turn's advantage, clip scale 1). Outputs may be NULL. */
+MRL_API mrl_status mrl_a2tgpo_advantages(mrl_engine *e, const mrl_a2tgpo_opts *opts,
+                                         const double *ig, const int64_t *offsets,
+                                         const int64_t *group, const double *outcome, int64_t trajs,
+                                         double *normed, double *accumulated, double *turn_adv,
+                                         double *clip_scale, double *outcome_adv);
+/* The variance-rescaled discounted accumulation of one trajectory's normalised gains:
+ * out[t] = sum_(j >= t) gamma^(j - t) g[j] / sqrt(n - t). */
+MRL_API mrl_status mrl_a2tgpo_accumulate(mrl_engine *e, const double *g, int64_t n, double gamma,
+                                         double *out);
+/* Information gain per turn from f(c_0 .. c_n), the answer log-probability after each turn:
+ * ig_logprob[t] = f[t + 1] - f[t], ig_prob[t] = exp(f[t + 1]) - exp(f[t]) (n - 1 entries each). */
+MRL_API mrl_status mrl_information_gain(mrl_engine *e, const double *answer_logp, int64_t n,
+                                        double *ig_logprob, double *ig_prob);
+
+/* -- AEM (6.7): response-level entropy modulation -- */
+/* Per group: alpha = 1 when max - min of mean_entropy < min_range, else
+ * exp(-lambda h) / mean over the group, h the entropy scaled to [0, 1]; adv = alpha base_adv.
+ * All arrays n; alpha optional. */
+MRL_API mrl_status mrl_aem(mrl_engine *e, const double *base_adv, const double *mean_entropy,
+                           const int64_t *group, int64_t n, double lambda, double min_range,
+                           double *adv, double *alpha);
+/* out[b] = mean of x over row b's mask-1 tokens (0 for an empty row). */
+MRL_API mrl_status mrl_row_mean(mrl_engine *e, const float *x, const float *mask, int64_t rows,
+                                int64_t cols, double *out);
+
+/* -- DAPO (5) -- */
+/* Dynamic sampling: keep[i] = 1 when row i's group has a population std of metric > 0 or a single
+ * member, else 0 (a zero-variance group teaches nothing). kept_groups (optional) gets the number
+ * of groups kept. The caller samples on until it has enough. */
+MRL_API mrl_status mrl_dapo_filter(mrl_engine *e, const double *metric, const int64_t *group,
+                                   int64_t n, uint8_t *keep, int64_t *kept_groups);
+/* Overlong shaping: penalty[i] = min(-(len - (max_len - buffer)) / buffer * factor, 0), added to
+ * the reward of a response of len tokens; paper_floor also floors it at -factor. */
+MRL_API mrl_status mrl_overlong_penalty(mrl_engine *e, const int64_t *lengths, int64_t n,
+                                        int64_t max_len, int64_t buffer, double factor,
+                                        int paper_floor, double *penalty);
+
+/* -- Freshness-aware prioritised replay (6.10) -- */
+/* priority = (|reward| + eps) exp(-max(age, 0) / decay). */
+MRL_API mrl_status mrl_per_reward_priority(mrl_engine *e, const double *reward, const double *age,
+                                           int64_t n, double eps, double decay, double *out);
+/* priority = max(base exp(-max(age, 0) / decay), floor). */
+MRL_API mrl_status mrl_per_priority(mrl_engine *e, const double *base, const double *age, int64_t n,
+                                    double decay, double floor, double *out);
+/* probs[i] = p^alpha / sum p^alpha over n; weights[j] of the sampled entries =
+ * (n P)^(-beta) / max over all entries of (n P)^(-beta). Either output may be NULL. */
+MRL_API mrl_status mrl_per_sampling(mrl_engine *e, const double *priority, int64_t n, double alpha,
+                                    double beta, const int64_t *sampled, int64_t n_sampled,
+                                    double *probs, double *weights);
+/* beta annealed linearly from start (step 0) to end (step total - 1), constant after. */
+MRL_API mrl_status mrl_per_beta(mrl_engine *e, int64_t step, int64_t total, double start,
+                                double end, double *out);
+
+/* -- PACEvolve++ (6.11) -- */
+/* Best-of-k frontier weights over all size-k subsets S (2 <= k <= n), in closed form:
+ * SLOO (pkpo 0): mean over S containing i of max(S) - max(S without i); PKPO: of max(S). */
+MRL_API mrl_status mrl_frontier_weights(mrl_engine *e, const double *rewards, int64_t n, int64_t k,
+                                        int pkpo, double *out);
+/* Reward shaping: scale * clip((y - y_init) / (y_target - y_init), 0, 1)^alpha_r; y not finite
+ * (a failed evaluation): -1. y_target must be above y_init (below it when lower_is_better). */
+MRL_API mrl_status mrl_pace_shape(mrl_engine *e, const double *y, int64_t n, double y_init,
+                                  double y_target, int lower_is_better, double alpha_r,
+                                  double scale, double *out);
+/* Phase weight clip(step / (total - 1), 0, 1) (0 when total <= 1). */
+MRL_API double mrl_pace_phase(int64_t step, int64_t total);
+enum {
+  MRL_PACE_COLLAPSED_GROUP = 1, /* the group branch has weight and population std < 1e-6 */
+  MRL_PACE_COLLAPSED_TOPK = 2,  /* the top-k branch likewise */
+  MRL_PACE_NONFINITE = 4        /* a reward is not finite */
+};
+/* adv = (1 - alpha) z(r - mean) + alpha z(SLOO_k) with z(x) = (x - mean)/(population std + 1e-8)
+ * (0 for a constant x). *skip gets the MRL_PACE_* reasons to skip the update (0: none; adv is then
+ * not written). a_group and a_topk (optional) get the two branches. All arrays n. */
+MRL_API mrl_status mrl_pace_advantage(mrl_engine *e, const double *rewards, int64_t n, int64_t k,
+                                      double alpha, double *adv, double *a_group, double *a_topk,
+                                      int *skip);
+
+/* -- KL to a reference (2) -- */
+typedef enum mrl_kl_kind {
+  MRL_KL_K1 = 0,      /* d = logp - ref_logp ("kl") */
+  MRL_KL_ABS = 1,     /* |d| */
+  MRL_KL_K2 = 2,      /* d^2 / 2 ("mse") */
+  MRL_KL_K3 = 3,      /* low-variance: x = clip(-d, -20, 20), clip(e^x - x - 1, -10, 10) */
+  MRL_KL_K1_PLUS = 4, /* k1's value with k2's gradient (straight-through) */
+  MRL_KL_K3_PLUS = 5  /* k3's value with k2's gradient */
+} mrl_kl_kind;
+/* Per element: kl[i] and grad[i] = d kl / d logp (either may be NULL). */
+MRL_API mrl_status mrl_kl(mrl_engine *e, mrl_kl_kind kind, const float *logp, const float *ref_logp,
+                          int64_t n, float *kl, float *grad);
+/* KL as a loss term: *loss = coef * agg(KL(logp, ref_logp)); dlogp += its gradient. */
+MRL_API mrl_status mrl_kl_loss(mrl_engine *e, mrl_kl_kind kind, mrl_loss_agg mode, double norm,
+                               double coef, const float *logp, const float *ref_logp,
+                               const float *mask, int64_t rows, int64_t cols, double *loss,
+                               float *dlogp);
+/* KL in the reward: rewards = scores - beta KL(old_logp, ref_logp) mask; *current_kl (optional) =
+ * mean over rows of the masked mean of KL (what the adaptive controller reads). */
+MRL_API mrl_status mrl_kl_reward(mrl_engine *e, mrl_kl_kind kind, double beta, const float *scores,
+                                 const float *old_logp, const float *ref_logp, const float *mask,
+                                 int64_t rows, int64_t cols, float *rewards, double *current_kl);
+/* The adaptive KL controller: *out = value (1 + clip(current_kl / target - 1, -0.2, 0.2)
+ * n_steps / horizon). */
+MRL_API mrl_status mrl_kl_adaptive(mrl_engine *e, double value, double current_kl, int64_t n_steps,
+                                   double target, double horizon, double *out);
+/* TT-OPD turn-level KL (6.12): per row, per turn k < turns (turn[b, t]: the token's 0-based turn,
+ * -1 for none), KL_k = mean over the turn's mask-1 tokens of the estimator of student - teacher;
+ * a row's value is the weights-weighted mean of its turns that have tokens (turn_weights
+ * (rows, turns), NULL: 1), and *loss the mean over rows with such turns. per_turn (rows, turns)
+ * gets KL_k (0 for a turn without tokens); dlogp += the gradient with respect to student. */
+MRL_API mrl_status mrl_turn_kl_loss(mrl_engine *e, mrl_kl_kind kind, const float *student,
+                                    const float *teacher, const float *mask, const int32_t *turn,
+                                    int64_t rows, int64_t cols, int64_t turns,
+                                    const double *turn_weights, double *loss, double *per_turn,
+                                    float *dlogp);
+/* In place: teacher = decay teacher + (1 - decay) student, decay in [0, 1]. */
+MRL_API mrl_status mrl_ema_update(mrl_engine *e, float *teacher, const float *student, int64_t n,
+                                  double decay);
+
+/* -- entropy bonus and value loss -- */
+/* *loss = -coef * agg(entropy) (a bonus: minimising it raises entropy); dentropy += gradient. */
+MRL_API mrl_status mrl_entropy_bonus(mrl_engine *e, mrl_loss_agg mode, double norm, double coef,
+                                     const float *entropy, const float *mask, int64_t rows,
+                                     int64_t cols, double *loss, float *dentropy);
+/* Clipped critic loss (4.7): vc = clip(vpred, values - clip, values + clip),
+ * *loss = agg(max((vpred - R)^2, (vc - R)^2)) / 2, *clipfrac (optional) = share of tokens where
+ * the clipped term is larger; dvpred += the gradient with respect to vpred. */
+MRL_API mrl_status mrl_value_loss(mrl_engine *e, mrl_loss_agg mode, double norm, double clip,
+                                  const float *vpred, const float *values, const float *returns,
+                                  const float *mask, int64_t rows, int64_t cols, double *loss,
+                                  double *clipfrac, float *dvpred);
+
+/* -- policy losses (4) -- with ratio = exp(clip(logp - old_logp, -20, 20)) per token -- */
+typedef enum mrl_pg_kind {
+  MRL_PG_PPO = 0,   /* max(-A r, -A clip(r, 1 - lo, 1 + hi)), capped at -A c when A < 0 (dual) */
+  MRL_PG_GSPO = 1,  /* PPO on the sequence ratio exp(min(masked mean log ratio, 10)), each token
+                       getting its gradient through its own log-probability; seq-mean-token-mean */
+  MRL_PG_CISPO = 2, /* -stopgrad(clip(r, 1 - lo, 1 + hi)) A logp */
+  MRL_PG_SAPO = 3,  /* -A sigmoid(tau (r - 1)) 4 / tau, tau by the sign of A; seq-mean-token-mean */
+  MRL_PG_GPG = 4,   /* -A logp (REINFORCE); old_logp may be NULL */
+  MRL_PG_GMPO = 5   /* geometric mean: mean over rows of -mean(A) exp(mean log ratio clipped to
+                       [-lo, hi] on the side of A's sign); no per-token loss, no IS weights */
+} mrl_pg_kind;
+
+typedef struct mrl_pg_opts {
+  mrl_loss_agg agg; /* PPO, CISPO, GPG: token-mean (GSPO, SAPO, GMPO have their own) */
+  double agg_norm;  /* C of the sum-norm modes (<= 0: cols) */
+  double clip_low;  /* PPO 0.2; GSPO 3e-4; CISPO 10 (>= 1: no lower bound); GMPO 0.4 (log) */
+  double clip_high; /* PPO 0.2 (0.28: DAPO clip-higher); GSPO 4e-4; CISPO 0.2; GMPO 0.4 */
+  double clip_c;    /* PPO dual clip, > 1 (3; INFINITY: off) */
+  double tau_pos;   /* SAPO gate temperature for A > 0 (1) */
+  double tau_neg;   /* ... and for A <= 0 (1.05) */
+} mrl_pg_opts;
+/* Fills *opts with kind's defaults (listed above). */
+MRL_API void mrl_pg_defaults(mrl_pg_kind kind, mrl_pg_opts *opts);
+
+typedef struct mrl_pg_stats {
+  double loss;
+  double clipfrac;       /* PPO, GSPO: masked share of clipped tokens; CISPO: ratio != clip;
+                            GMPO: clipped tokens with A > 0 */
+  double clipfrac_lower; /* PPO: share of A < 0 tokens under the dual clip; GMPO: clipped, A < 0 */
+  double ppo_kl;         /* masked mean of old_logp - logp (0 without old_logp) */
+} mrl_pg_stats;
+
+/* logp (the policy's log-probabilities of the sampled tokens, what the gradient is taken with
+ * respect to), old_logp (behaviour), adv, mask, is_weights (optional per-token importance
+ * weights multiplying the loss): (rows, cols). Outputs: *stats; token_loss (rows, cols, not for
+ * GMPO) the per-token loss before aggregation; seq_ratio (rows, GSPO and GMPO) and seq_adv (rows,
+ * GMPO); dlogp (rows, cols) += d loss / d logp. opts NULL: kind's defaults. */
+MRL_API mrl_status mrl_policy_loss(mrl_engine *e, mrl_pg_kind kind, const mrl_pg_opts *opts,
+                                   const float *logp, const float *old_logp, const float *adv,
+                                   const float *mask, const float *is_weights, int64_t rows,
+                                   int64_t cols, mrl_pg_stats *stats, float *token_loss,
+                                   double *seq_ratio, double *seq_adv, float *dlogp);
+/* A2TGPO's loss (6.6): PPO without dual clip whose clip range is scaled per token,
+ * [1 - clip_low c, 1 + clip_high c] with c = clip_scale[b, t]; with turn_level, the ratio of a
+ * token is exp(mean log ratio over the mask-1 tokens of its turn) (turn[b, t] >= 0; tokens
+ * outside turns get ratio 1). ratio (optional, rows x cols) gets the ratios used. opts: clip_low,
+ * clip_high, agg and agg_norm are read (NULL: PPO's defaults). */
+MRL_API mrl_status mrl_a2tgpo_loss(mrl_engine *e, const mrl_pg_opts *opts, int turn_level,
+                                   const float *logp, const float *old_logp, const float *adv,
+                                   const float *mask, const int32_t *turn, const float *clip_scale,
+                                   int64_t rows, int64_t cols, mrl_pg_stats *stats,
+                                   float *token_loss, float *ratio, float *dlogp);
+
+/* ---- sandbox -------------------------------------------------------------------------------
+ * Runs tool commands that a model wrote, in fresh Linux namespaces set up in-process (no helper
+ * binary): user (the tool runs as an unprivileged host uid, uid 1000 inside), mount (a read-only
+ * view of an allow-list of host paths, a private tmpfs working dir /work and a tmpfs /tmp, a fresh
+ * /proc, no /sys), pid (a reaper is pid 1; when the tool ends every process left is killed), net
+ * (only a loopback interface, down), ipc and uts; an empty environment plus PATH, HOME=/work and
+ * LANG=C.UTF-8; only fds 0-2; rlimits; pids, memory and CPU cgroups where the host has them;
+ * no_new_privs, a parent-death signal and a seccomp filter compiled once per pool.
+ *
+ * A pool (mrl_sandbox) is created once: it probes what the host offers and compiles the filter.
+ * A call runs blocking (mrl_sandbox_run) or starts a job (mrl_sandbox_start) whose fd can be
+ * polled; at most `max_jobs` run at once and further jobs wait in a FIFO queue. Time limits and
+ * output are handled while the pool is pumped: by mrl_sandbox_run and mrl_sandbox_job_wait, and
+ * by mrl_sandbox_job_poll on any of its jobs (call it whenever a job's fd is readable). An idle
+ * pool keeps one sandbox ready (namespaces made, root built): a process and six fds.
+ *
+ * Linux (x86_64, aarch64) only. The sandbox's pid 1 shares the caller's memory (it never execs),
+ * so a big engine costs no page-table copy per call; it receives SIGKILL when the thread that
+ * made it ends (the parent-death signal): use a pool from one long-lived thread. */
+typedef struct mrl_sandbox mrl_sandbox;         /* a pool */
+typedef struct mrl_sandbox_job mrl_sandbox_job; /* one started (or queued) call */
+
+/* Protections, as bits. Mount and pid namespaces are the foundation: a host without them (and
+ * without root or user namespaces) gets no pool at all. The others can be missing on a host, or
+ * be turned off on purpose (mrl_sandbox_config.disable). Rlimits, no_new_privs and the
+ * parent-death signal are always applied. */
+enum {
+  MRL_SANDBOX_PROT_USER = 1 << 0,    /* "user": user namespace, the tool's uid is unprivileged */
+  MRL_SANDBOX_PROT_MOUNT = 1 << 1,   /* "mount": read-only view, private /work and /tmp */
+  MRL_SANDBOX_PROT_PID = 1 << 2,     /* "pid": pid namespace with a reaper, fresh /proc */
+  MRL_SANDBOX_PROT_NET = 1 << 3,     /* "net": no network */
+  MRL_SANDBOX_PROT_IPC = 1 << 4,     /* "ipc": private System V IPC and POSIX queues */
+  MRL_SANDBOX_PROT_UTS = 1 << 5,     /* "uts": own hostname ("sandbox") */
+  MRL_SANDBOX_PROT_SECCOMP = 1 << 6, /* "seccomp": the system-call filter */
+  MRL_SANDBOX_PROT_PIDS = 1 << 7,    /* "pids": pids cgroup (fork bombs stop at the limit) */
+  MRL_SANDBOX_PROT_MEMORY = 1 << 8,  /* "memory": memory cgroup (clean OOM kill; else RLIMIT_AS) */
+  MRL_SANDBOX_PROT_CPU = 1 << 9,     /* "cpu": CPU time of the whole process tree (cgroup) */
+  MRL_SANDBOX_PROT_ALL = (1 << 10) - 1
+};
+
+/* Static name of one protection bit ("user", "net", ...); NULL for anything else. */
+MRL_API const char *mrl_sandbox_protection_name(unsigned bit);
+
+/* Limits of one call. A field left 0 takes the pool's value, and the pool's 0 fields take the
+ * defaults in parentheses. Negative values are invalid. */
+typedef struct mrl_sandbox_limits {
+  int64_t wall_ms;   /* wall-clock time, then SIGKILL of the whole tree (10000) */
+  int64_t cpu_ms;    /* CPU time of the whole tree; per process without the cpu cgroup (10000) */
+  int64_t mem_bytes; /* memory: cgroup limit, else RLIMIT_AS per process (1 GiB) */
+  int64_t pids;      /* processes and threads: cgroup, else RLIMIT_NPROC (64) */
+  int64_t out_cap;   /* bytes of stdout and of stderr kept, head and tail halves (1 MiB) */
+  int64_t out_kill;  /* total output past which the tool is killed (64 MiB) */
+  int64_t fsize;     /* largest file the tool may write (16 MiB) */
+  int64_t nofile;    /* open files per process (64) */
+  int64_t disk_bytes; /* size of each of the tmpfs /work and /tmp (64 MiB) */
+  int64_t files_cap; /* bytes of written files returned; later files are left out (16 MiB) */
+} mrl_sandbox_limits;
+
+/* Pool settings; a zeroed struct (or NULL) gives the defaults. */
+typedef struct mrl_sandbox_config {
+  mrl_sandbox_limits limits;   /* defaults for the pool's calls */
+  int max_jobs;                /* jobs running at once (32); more wait in a FIFO queue */
+  const char *const *ro_paths; /* NULL-terminated absolute host paths shown read-only in
+                                  addition to the built-in list (/usr, /bin, /sbin, /lib*,
+                                  and a few files of /etc); NULL for none */
+  unsigned require;            /* protections the pool must have: else MRL_ERR_UNSUPPORTED */
+  unsigned disable;            /* protections to leave off (user, net, ipc, uts, seccomp,
+                                  pids, memory, cpu; mount and pid cannot be turned off) */
+  int64_t host_uid, host_gid;  /* when the caller is root: the host ids tools run as (65534,
+                                  65534); 0 means the default (a tool never runs as root) */
+} mrl_sandbox_config;
+
+/* Creates a pool (probing takes a few milliseconds: it runs one trial call). Fails with
+ * MRL_ERR_UNSUPPORTED and a message naming each missing protection when `require` asks for one
+ * the host lacks, or when the host cannot run a sandbox at all. The config and its strings are
+ * copied. *out: caller owns, free with mrl_sandbox_free. Retains e. */
+MRL_API mrl_status mrl_sandbox_new(mrl_engine *e, const mrl_sandbox_config *config,
+                                   mrl_sandbox **out);
+/* Releases the caller's reference: jobs still running are killed and reaped. The pool's memory
+ * lives on until its last job is freed. */
+MRL_API void mrl_sandbox_free(mrl_sandbox *p);
+
+/* The protections in effect (MRL_SANDBOX_* bits); 0 for NULL. */
+MRL_API unsigned mrl_sandbox_protections(const mrl_sandbox *p);
+/* Why a protection is off ("disabled by the caller", "user namespaces are not available: ..."),
+ * or how it is provided when on ("cgroup v1 /sys/fs/cgroup/pids/..."). Borrowed: lives as long
+ * as the pool. NULL for an unknown bit or a NULL pool. */
+MRL_API const char *mrl_sandbox_protection_note(const mrl_sandbox *p, unsigned bit);
+
+/* A file placed in the working dir before the call, or written there by the tool. */
+typedef struct mrl_sandbox_file {
+  const char *name; /* relative path ("a.txt", "src/main.c"): no "..", no empty components */
+  const char *data; /* len bytes, any bytes */
+  size_t len;
+} mrl_sandbox_file;
+
+/* One call. Zero-initialize, then set argv and whatever else is needed. Everything is copied by
+ * mrl_sandbox_run / mrl_sandbox_start: the caller may free it when they return. */
+typedef struct mrl_sandbox_call {
+  const char *const *argv;   /* NULL-terminated; argv[0] is searched in PATH unless it has '/' */
+  const char *const *env;    /* NULL-terminated "NAME=value" entries added to (or replacing)
+                                PATH, HOME and LANG; NULL for none */
+  const char *stdin_data;    /* the tool's stdin (a sealed read-only file); NULL: empty */
+  size_t stdin_len;
+  const mrl_sandbox_file *files; /* nfiles entries written into /work before the start */
+  size_t nfiles;
+  mrl_sandbox_limits limits; /* 0 fields: the pool's limits */
+} mrl_sandbox_call;
+
+/* What happened, in order of precedence. */
+typedef enum mrl_sandbox_status {
+  MRL_SANDBOX_EXITED = 0,       /* "exited": the tool exited (exit_code) */
+  MRL_SANDBOX_SIGNALED = 1,     /* "signaled": a signal ended it (signal), incl. a caller kill */
+  MRL_SANDBOX_TIMEOUT = 2,      /* "timeout": wall-clock limit; the tree was killed */
+  MRL_SANDBOX_CPU_LIMIT = 3,    /* "cpu_limit": CPU time limit */
+  MRL_SANDBOX_OOM = 4,          /* "oom": killed by the memory cgroup's OOM killer */
+  MRL_SANDBOX_PIDS_LIMIT = 5,   /* "pids_limit": a fork failed at the process limit: killed */
+  MRL_SANDBOX_OUTPUT_LIMIT = 6, /* "output_limit": more than out_kill bytes of output: killed */
+  MRL_SANDBOX_SECCOMP = 7,      /* "seccomp": killed for a forbidden system call */
+  MRL_SANDBOX_SETUP_ERROR = 8   /* "setup_error": the call could not be started (message) */
+} mrl_sandbox_status;
+
+/* Static name of a status ("exited", ...); "unknown" for other values. */
+MRL_API const char *mrl_sandbox_status_name(mrl_sandbox_status s);
+
+/* The result of a call. Read-only for the caller; freed with mrl_sandbox_result_free. */
+typedef struct mrl_sandbox_result {
+  mrl_sandbox_status status;
+  int exit_code;          /* EXITED: the exit code (0..255); otherwise -1 */
+  int signal;             /* the signal that ended the tool (SIGKILL for kills), else 0 */
+  const char *out;        /* stdout bytes kept (NUL-terminated for convenience; may hold NULs) */
+  size_t out_len;
+  uint64_t out_total;     /* bytes the tool wrote to stdout */
+  int out_truncated;      /* out_total > out_len: out is the first ceil(cap/2) bytes followed
+                             by the last floor(cap/2) bytes */
+  const char *err;        /* the same for stderr */
+  size_t err_len;
+  uint64_t err_total;
+  int err_truncated;
+  double wall_ms;         /* from the start to the end of the teardown */
+  double cpu_ms;          /* user + system time of the whole tree */
+  int64_t max_rss_kb;     /* peak resident memory of the largest process */
+  const mrl_sandbox_file *files; /* regular files in /work that are new or changed, by path */
+  size_t nfiles;
+  int files_truncated;    /* some were left out (files_cap, or more than 1024 files) */
+  const char *message;    /* what went wrong for SETUP_ERROR and the limits, else "" */
+} mrl_sandbox_result;
+
+MRL_API void mrl_sandbox_result_free(mrl_sandbox_result *r);
+
+/* Runs a call and waits for it. Errors of the call itself (a program that does not exist, a
+ * limit) are results, not failures: the function fails only for bad arguments (MRL_ERR_NULL,
+ * MRL_ERR_INVALID: a file name with "..", an empty argv) and for resources the engine lacks
+ * (MRL_ERR_NOMEM, MRL_ERR_IO when pipes or processes cannot be created). *out: caller owns. */
+MRL_API mrl_status mrl_sandbox_run(mrl_sandbox *p, const mrl_sandbox_call *call,
+                                   mrl_sandbox_result **out);
+
+/* Starts a call (or queues it when max_jobs are running). *out: caller owns, free with
+ * mrl_sandbox_job_free; the pool lives at least as long as its jobs. */
+MRL_API mrl_status mrl_sandbox_start(mrl_sandbox *p, const mrl_sandbox_call *call,
+                                     mrl_sandbox_job **out);
+/* A file descriptor that is readable whenever the job needs attention (and from the moment it
+ * is done on): poll it, then call mrl_sandbox_job_poll. Borrowed: valid until job_free. -1 for
+ * NULL. */
+MRL_API int mrl_sandbox_job_fd(const mrl_sandbox_job *j);
+/* Makes progress on every job of the pool without blocking; *done tells whether this job is. */
+MRL_API mrl_status mrl_sandbox_job_poll(mrl_sandbox_job *j, int *done);
+/* Waits until the job is done and hands over its result (once: a second call fails with
+ * MRL_ERR_INVALID). *out: caller owns, mrl_sandbox_result_free. */
+MRL_API mrl_status mrl_sandbox_job_wait(mrl_sandbox_job *j, mrl_sandbox_result **out);
+/* Kills the job's whole process tree (a queued job never starts); its status becomes
+ * SIGNALED with SIGKILL unless it had already ended. Killing a finished job does nothing. */
+MRL_API mrl_status mrl_sandbox_job_kill(mrl_sandbox_job *j);
+/* Kills the job if it still runs, reaps it, and releases it (and its result if not taken). */
+MRL_API void mrl_sandbox_job_free(mrl_sandbox_job *j);
 
 /* ---- scripts (Lua 5.4) -------------------------------------------------------------------
  * A Lua 5.4 state with the standard libraries, `require "moonrl"` available, and the engine's

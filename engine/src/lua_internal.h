@@ -42,11 +42,24 @@ void mrl__lua_open_model(lua_State *L);
 mrl_model *mrl__lua_check_model(lua_State *L, int idx, const char *name);
 /* Rollouts (lua_rollout.c): pushes the `rollout` table. */
 void mrl__lua_open_rollout(lua_State *L);
+/* The trainer's advantages and losses over ragged batches (lua_objective.c): pushes the table. */
+void mrl__lua_open_objective(lua_State *L);
 /* Pushes a new rl.rng seeded with seed (lua_module.c). */
 void mrl__lua_push_rng(lua_State *L, uint64_t seed);
 void mrl__lua_open_tokenizer(lua_State *L); /* lua_tokenizer.c: sets field `tokenizer` */
+void mrl__lua_open_advantage(lua_State *L); /* lua_advantage.c: pushes the `advantage` table */
+void mrl__lua_open_json(lua_State *L);      /* lua_json.c: sets field `json` (rl.json) */
+/* Tool sandbox (lua_sandbox.c): pushes the `sandbox` table; the open pool at idx (NULL if it is
+ * not one) and the state's default pool (made on first use; raises when it cannot be). */
+void mrl__lua_open_sandbox(lua_State *L);
+mrl_sandbox *mrl__lua_test_pool(lua_State *L, int idx);
+mrl_sandbox *mrl__lua_default_pool(lua_State *L);
+int mrl__lua_sandbox_lua(lua_State *L); /* lua_sandbox_lua.c: rl.sandbox.lua{...} */
 /* The tokenizer at idx, or NULL when it is not a (live) rl.tokenizer. */
 mrl_tokenizer *mrl__lua_test_tokenizer(lua_State *L, int idx);
+
+/* Message handler adding a traceback (lua.c's msghandler), for lua_pcall (lua_module.c). */
+int mrl__lua_traceback(lua_State *L);
 
 /* Embedded Lua modules (generated from the files in lua/moonrl/): registers package.preload entries. */
 void mrl__lua_preload_embedded(lua_State *L);

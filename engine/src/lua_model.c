@@ -811,6 +811,21 @@ static int m_load_checkpoint(lua_State *L) {
   return 1;
 }
 
+/* m:clone() -> a new model with a copy of the weights (no gradients or optimizer state). */
+static int m_clone(lua_State *L) {
+  mrl_model *m = check_model(L, 1);
+  lmodel *b = push_model(L, NULL);
+  mrl_status st = mrl_model_clone(m, &b->m);
+  if (st) return raise_model(L, m, st, 0);
+  return 1;
+}
+
+/* m:reset_optimizer(): the next m:step starts fresh AdamW moments. */
+static int m_reset_optimizer(lua_State *L) {
+  mrl_model_reset_optimizer(check_model(L, 1));
+  return 0;
+}
+
 /* ---- parameters and lifetime ---- */
 
 /* m:parameters() -> {name = tensor view of the weights, ...} (views keep the memory alive). */
@@ -864,7 +879,8 @@ static const luaL_Reg model_methods[] = {
     {"sft_step", m_sft_step},   {"generate", m_generate},   {"parameters", m_parameters},
     {"gradients", m_gradients}, {"save_checkpoint", m_save_checkpoint},
     {"load_checkpoint", m_load_checkpoint}, {"forward_batch", m_forward_batch},
-    {"backward_batch", m_backward_batch}, {"free", m_free}, {NULL, NULL}};
+    {"backward_batch", m_backward_batch}, {"clone", m_clone},
+    {"reset_optimizer", m_reset_optimizer}, {"free", m_free}, {NULL, NULL}};
 
 static const luaL_Reg model_meta[] = {
     {"__gc", m_free}, {"__close", m_free}, {"__tostring", m_tostring}, {NULL, NULL}};

@@ -1,6 +1,10 @@
 /* lua_module.c - the `moonrl.core` Lua module table: the state's engine, version, BLAS info,
  * seeding and memory figures, plus the tensor class. */
 #include "lua_internal.h"
+#include "safetensors.h"
+
+#include <string.h>
+#include <unistd.h>
 
 #define ENGINE_BOX_MT "moonrl.engine_box" /* metatable name; differs from the registry key */
 
@@ -80,6 +84,16 @@ static int l_seed(lua_State *L) {
   return 0;
 }
 
+int mrl__lua_traceback(lua_State *L) {
+  const char *msg = lua_tostring(L, 1);
+  if (!msg) {
+    if (luaL_callmeta(L, 1, "__tostring") && lua_type(L, -1) == LUA_TSTRING) return 1;
+    msg = lua_pushfstring(L, "(error object is a %s value)", luaL_typename(L, 1));
+  }
+  luaL_traceback(L, L, msg, 1);
+  return 1;
+}
+
 /* ---- rl.rng(seed): a seeded random stream (the engine's xoshiro256**), the same numbers on
  * every machine; environments get one per episode. ---- */
 
@@ -155,6 +169,51 @@ static void open_rng(lua_State *L) {
   lua_pop(L, 1);
 }
 
+/* ---- rl.fs: what recipes need of the file system beyond io: directories, atomic writes, and
+ * whether stdout is a terminal (progress bars). Failures return nil, message. ---- */
+
+static int fs_result(lua_State *L, mrl_engine *e, mrl_status st) {
+  if (st == MRL_OK) {
+    lua_pushboolean(L, 1);
+    return 1;
+  }
+  const char *msg = mrl_engine_last_error(e);
+  const char *colon = strstr(msg, ": ");
+  luaL_pushfail(L);
+  lua_pushstring(L, colon ? colon + 2 : msg);
+  return 2;
+}
+
+/* rl.fs.mkdir(path) -> true: creates path and its missing parents. */
+static int fs_mkdir(lua_State *L) {
+  const char *path = luaL_checkstring(L, 1);
+  mrl_engine *e = mrl__lua_engine(L);
+  return fs_result(L, e, mrl__make_dirs(e, "mkdir", path));
+}
+
+/* rl.fs.write(path, text) -> true: replaces path atomically (a temporary file, fsync, rename),
+ * so a reader or a crash sees the old file or the new one, never a part. */
+static int fs_write(lua_State *L) {
+  const char *path = luaL_checkstring(L, 1);
+  size_t len;
+  const char *text = luaL_checklstring(L, 2, &len);
+  mrl_engine *e = mrl__lua_engine(L);
+  return fs_result(L, e, mrl__write_file_atomic(e, "write", path, text, len));
+}
+
+/* rl.fs.isatty([fd = 1]) -> whether the descriptor is a terminal. */
+static int fs_isatty(lua_State *L) {
+  lua_pushboolean(L, isatty((int)luaL_optinteger(L, 1, 1)));
+  return 1;
+}
+
+static void open_fs(lua_State *L) {
+  static const luaL_Reg funcs[] = {
+      {"mkdir", fs_mkdir}, {"write", fs_write}, {"isatty", fs_isatty}, {NULL, NULL}};
+  luaL_newlib(L, funcs);
+  lua_setfield(L, -2, "fs");
+}
+
 /* rl.memory() -> {used=, peak=} bytes held by the engine (tensors and handles). */
 static int l_memory(lua_State *L) {
   mrl_engine *e = mrl__lua_engine(L);
@@ -205,7 +264,15 @@ int mrl__lua_open_core(lua_State *L) {
   lua_setfield(L, -2, "model");
   mrl__lua_open_rollout(L);
   lua_setfield(L, -2, "rollout");
+  mrl__lua_open_objective(L);
+  lua_setfield(L, -2, "objective");
+  mrl__lua_open_advantage(L);
+  lua_setfield(L, -2, "advantage");
+  mrl__lua_open_sandbox(L);
+  lua_setfield(L, -2, "sandbox");
   open_rng(L);
+  open_fs(L);
   mrl__lua_open_tokenizer(L);
+  mrl__lua_open_json(L);
   return 1;
 }

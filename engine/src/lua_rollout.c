@@ -3,7 +3,6 @@
  * rollout, then views). Environment errors end only their episode; the message is kept. */
 #include "lua_internal.h"
 #include "model.h"
-#include "script.h"
 
 #include <string.h>
 

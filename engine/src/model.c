@@ -220,6 +220,28 @@ mrl_status mrl_model_new(mrl_engine *e, const mrl_model_config *cfg, uint64_t se
   return MRL_OK;
 }
 
+mrl_status mrl_model_clone(const mrl_model *m, mrl_model **out) {
+  const char *fn = "mrl_model_clone";
+  if (!m) return MRL_ERR_NULL;
+  if (!out) return mrl__fail(m->engine, MRL_ERR_NULL, fn, "out is NULL");
+  mrl_model *c;
+  mrl_status st = mrl__model_alloc(m->engine, fn, &m->cfg, &c);
+  if (st) return st;
+  memcpy(c->weights, m->weights, sizeof(float) * (size_t)m->numel);
+  *out = c;
+  return MRL_OK;
+}
+
+mrl_status mrl_model_reset_optimizer(mrl_model *m) {
+  if (!m) return MRL_ERR_NULL;
+  mrl_tensor_free(m->adam_m_t);
+  mrl_tensor_free(m->adam_v_t);
+  m->adam_m_t = m->adam_v_t = NULL;
+  m->adam_m = m->adam_v = NULL;
+  m->adam_step = 0;
+  return MRL_OK;
+}
+
 float *mrl__model_scratch(mrl_model *m, mrl_scratch_slot slot, int64_t floats) {
   mrl_scratch *s = &m->scratch[slot];
   if (s->cap >= floats) return s->p;

@@ -53,8 +53,7 @@ static mrl_status parse_json_file(mrl_engine *e, const char *fn, const char *pat
   return st;
 }
 
-/* Creates dir and its missing parents. */
-static mrl_status make_dirs(mrl_engine *e, const char *fn, const char *dir) {
+mrl_status mrl__make_dirs(mrl_engine *e, const char *fn, const char *dir) {
   char p[PATH_CAP];
   size_t n = strlen(dir);
   if (n == 0 || n >= sizeof p)
@@ -74,8 +73,7 @@ static mrl_status make_dirs(mrl_engine *e, const char *fn, const char *dir) {
   return MRL_OK;
 }
 
-/* Writes bytes to path atomically. */
-static mrl_status write_file_atomic(mrl_engine *e, const char *fn, const char *path,
+mrl_status mrl__write_file_atomic(mrl_engine *e, const char *fn, const char *path,
                                     const char *data, size_t len) {
   mrl_atomic_file af;
   mrl_status st = mrl__atomic_begin(e, fn, path, &af);
@@ -334,7 +332,7 @@ static mrl_status write_hf_config(const mrl_model *m, const char *fn, const char
   if (arch != ARCH_LLAMA) put(&t, "  \"use_sliding_window\": false,\n");
   put(&t, "  \"torch_dtype\": \"%s\"\n}\n", dtype == MRL_DTYPE_F32 ? "float32" : "bfloat16");
   if (t.len >= sizeof t.s) return mrl__fail(m->engine, MRL_ERR_OVERFLOW, fn, "config too long");
-  return write_file_atomic(m->engine, fn, path, t.s, t.len);
+  return mrl__write_file_atomic(m->engine, fn, path, t.s, t.len);
 }
 
 /* ---- loading weights ---- */
@@ -572,7 +570,7 @@ mrl_status mrl_model_save(mrl_model *m, const char *dir, mrl_dtype dtype) {
   char weights_path[PATH_CAP], config_path[PATH_CAP];
   mrl_status st;
   if ((st = join_path(e, fn, weights_path, dir, "model.safetensors")) ||
-      (st = join_path(e, fn, config_path, dir, "config.json")) || (st = make_dirs(e, fn, dir)))
+      (st = join_path(e, fn, config_path, dir, "config.json")) || (st = mrl__make_dirs(e, fn, dir)))
     return st;
   tensor_list l;
   if ((st = list_init(&l, e, fn, m->nparams))) return st;

@@ -27,6 +27,7 @@ static bool grow(driver *d, void **p, size_t *cap, size_t need, size_t elem) {
   while (n < need) n *= 2;
   void *q = mrl__alloc(engine_of(d), n * elem);
   if (!q) return false;
+  if (*cap) memcpy(q, *p, *cap * elem); /* observations gathered so far stay */
   mrl__free(engine_of(d), *p, *cap * elem);
   *p = q;
   *cap = n;

@@ -73,5 +73,10 @@ mrl_status mrl__atomic_begin(mrl_engine *e, const char *fn, const char *path, mr
 mrl_status mrl__atomic_commit(mrl_atomic_file *af);
 /* Removes the temporary file and releases af; the target stays as it was. */
 void mrl__atomic_abort(mrl_atomic_file *af);
+/* Writes len bytes to path atomically (model_io.c). */
+mrl_status mrl__write_file_atomic(mrl_engine *e, const char *fn, const char *path,
+                                  const char *data, size_t len);
+/* Creates dir and its missing parents (model_io.c). */
+mrl_status mrl__make_dirs(mrl_engine *e, const char *fn, const char *dir);
 
 #endif /* MRL_SAFETENSORS_H */

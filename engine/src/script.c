@@ -14,16 +14,6 @@ struct mrl_script {
 lua_State *mrl__script_lua(mrl_script *s) { return s->L; }
 mrl_engine *mrl__script_engine(mrl_script *s) { return s->engine; }
 
-int mrl__lua_traceback(lua_State *L) {
-  const char *msg = lua_tostring(L, 1);
-  if (!msg) {
-    if (luaL_callmeta(L, 1, "__tostring") && lua_type(L, -1) == LUA_TSTRING) return 1;
-    msg = lua_pushfstring(L, "(error object is a %s value)", luaL_typename(L, 1));
-  }
-  luaL_traceback(L, L, msg, 1);
-  return 1;
-}
-
 mrl_status mrl__script_pcall(mrl_script *s, const char *fn, int nargs, int nresults) {
   lua_State *L = s->L;
   int base = lua_gettop(L) - nargs;

@@ -6,8 +6,6 @@
 
 lua_State *mrl__script_lua(mrl_script *s);
 mrl_engine *mrl__script_engine(mrl_script *s);
-/* Message handler adding a traceback (lua.c's msghandler). */
-int mrl__lua_traceback(lua_State *L);
 /* Calls the function below nargs arguments with a traceback handler; on error records the
  * message as the engine's last error (prefixed by fn) and pops it. */
 mrl_status mrl__script_pcall(mrl_script *s, const char *fn, int nargs, int nresults);

@@ -60,9 +60,11 @@ end
 
 -- The step the rollout engine calls: parses the action, runs a tool call the instance does not
 -- handle, or passes it to instance:step. `record` (a table) gets one entry per turn:
--- {action=, parsed=, observation=, reward=, done=, info=}. Returns observation, reward, done.
+-- {action=, parsed=, observation=, reward=, done=, info=, state=} (state: the instance's
+-- state_key() before the step, when it has one). Returns observation, reward, done.
 function M.step(module, instance, action, record)
   local parsed = parse.parse(action, module.format)
+  local state = instance.state_key and instance:state_key() or nil
   local obs, reward, done, info
   if parsed.kind == "call" and module.tools and not instance.handles_calls then
     obs = run_tool(module.tools, parsed)
@@ -79,7 +81,7 @@ function M.step(module, instance, action, record)
     error("step returned an observation that is not a string: " .. type(obs), 0)
   end
   record[#record + 1] = { action = action, parsed = parsed, observation = obs,
-    reward = reward or 0, done = done and true or false, info = info }
+    reward = reward or 0, done = done and true or false, info = info, state = state }
   return obs, reward or 0, done and true or false
 end
 

@@ -1082,6 +1082,38 @@ function rl.seed(n)
   lib.mrl_rng_seed(lib.mrl_engine_rng(engine), as_u64(check_integer(n, 1)))
 end
 
+-- rl.rng([seed]) -> a seeded random stream of its own (the engine's generator, so the same seed
+-- draws the same numbers as under Lua 5.4): r:random() in [0, 1), r:random(n) in 1..n,
+-- r:random(m, n) in m..n, r:normal().
+local rng_methods = {}
+rng_methods.__index = rng_methods
+ffi.cdef [[ struct moonrl_ffi_rng { mrl_rng *handle; }; ]]
+local rng_ct = ffi.metatype("struct moonrl_ffi_rng", rng_methods)
+local draw = ffi.new("double[1]")
+
+function rl.rng(seed)
+  local s = seed == nil and 0 or check_integer(seed, 1)
+  local slot = ffi.new("mrl_rng *[1]")
+  check(lib.mrl_rng_new(engine, as_u64(s), slot), 1)
+  return ffi.gc(rng_ct(slot[0]), function(r) lib.mrl_rng_free(r.handle) end)
+end
+
+function rng_methods.random(r, m, n)
+  lib.mrl_rng_uniform(r.handle, draw)
+  local u = draw[0]
+  if m == nil then return u end
+  local lo, hi = 1, check_integer(m, 2)
+  if n ~= nil then lo, hi = hi, check_integer(n, 3) end
+  if lo > hi then argerror(n ~= nil and 3 or 2, "interval is empty") end
+  local k = lo + math.floor(u * (hi - lo + 1))
+  return k > hi and hi or k
+end
+
+function rng_methods.normal(r)
+  lib.mrl_rng_normal(r.handle, draw)
+  return draw[0]
+end
+
 -- rl.clock() -> seconds on a monotonic clock, for timing.
 function rl.clock() return lib.mrl_clock() end
 

@@ -8,10 +8,19 @@ local rl = {
   tensor = core.tensor,     -- constructors: zeros, ones, full, randn, rand, arange, from, matmul
   tokenizer = core.tokenizer, -- bytes(), load(path): encode, decode, chat templates
   model = core.model,       -- the policy: new{...}, load(dir)
+  advantage = core.advantage, -- the spec's advantages, KL and losses: advantage.<method>(inputs, params)
   rollout = core.rollout,   -- multi-turn episodes decoded together: new{model=, episodes=, capacity=}
+  objective = core.objective, -- advantages and losses over a trajectory batch (the trainer's)
+  fs = core.fs,             -- mkdir, atomic write, isatty
+  json = core.json,         -- JSON: decode, encode (sorted keys), null, array(t)
+  sandbox = core.sandbox,   -- tool sandbox: pool{...}:run{argv=...}, lua{code=...}
+  tool = require("moonrl.tool"), -- rl.tool{...}, rl.tool.shell{...}, rl.tool.lua{...}
   rng = core.rng,           -- rl.rng(seed): a seeded random stream (random, normal)
   env = require("moonrl.env"), -- the environment protocol
   parse = require("moonrl.parse"), -- tool-call and answer parsing (line and Hermes formats)
+  batch = require("moonrl.batch"), -- trajectory batches: stats, select, concat, to_jsonl, load
+  train = require("moonrl.train").train, -- the RL trainer: rl.train{model=, env=, tokenizer=, ...}
+  plot = require("moonrl.plot"), -- learning curves as SVG
   sft = require("moonrl.sft").sft, -- supervised fine-tuning with loss masks
   sft_example = require("moonrl.sft").example, -- {tokens=, mask=} from a chat conversation
   lr_at = core.lr_at,       -- learning-rate schedules

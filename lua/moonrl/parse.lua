@@ -13,7 +13,8 @@
 --            text without a <tool_call> block is {kind = "answer", text = <the text, trimmed>}.
 -- Anything else is {kind = "text", text = ...} ("line") and a broken block is an error.
 local lpeg = require "lpeg"
-local cjson = require "cjson.safe"
+local core = require "moonrl.core"
+local json = core.json
 
 local P, S, C, Ct, Cs = lpeg.P, lpeg.S, lpeg.C, lpeg.Ct, lpeg.Cs
 local R = lpeg.R
@@ -69,7 +70,7 @@ function M.hermes(text)
   if not at then return { kind = "answer", text = trim(text) } end
   local body = block:match(text, at)
   if not body then return { kind = "error", message = "<tool_call> without </tool_call>" } end
-  local obj, err = cjson.decode(body)
+  local obj, err = json.decode(body)
   if type(obj) ~= "table" then
     return { kind = "error", message = "tool call is not valid JSON: " .. tostring(err) }
   end
@@ -77,9 +78,9 @@ function M.hermes(text)
     return { kind = "error", message = "tool call without a \"name\" string" }
   end
   local args = obj.arguments
-  if args == nil or args == cjson.null then args = {} end
+  if args == nil or args == json.null then args = {} end
   if type(args) == "string" then -- some models put the arguments object in a string
-    args = cjson.decode(args)
+    args = json.decode(args)
   end
   if type(args) ~= "table" then
     return { kind = "error", message = "tool call \"arguments\" must be an object" }

@@ -6,6 +6,7 @@
 #include <string.h>
 
 static int failures_in_test;
+static char skip_reason[256];
 
 bool check_record(bool ok, const char *expr, const char *file, int line) {
   if (!ok) {
@@ -37,6 +38,13 @@ void check_note(const char *fmt, ...) {
   printf("\n");
 }
 
+void check_skip(const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(skip_reason, sizeof skip_reason, fmt, ap);
+  va_end(ap);
+}
+
 int check_main(int argc, char **argv, const test_case *tests) {
   const char *filter = argc > 1 ? argv[1] : NULL;
   int n = 0, failed = 0;
@@ -47,10 +55,12 @@ int check_main(int argc, char **argv, const test_case *tests) {
   for (const test_case *t = tests; t->name; t++) {
     if (filter && !strstr(t->name, filter)) continue;
     failures_in_test = 0;
+    skip_reason[0] = '\0';
     fflush(stdout);
     t->fn();
     i++;
-    printf("%s %d - %s\n", failures_in_test ? "not ok" : "ok", i, t->name);
+    printf("%s %d - %s%s%s\n", failures_in_test ? "not ok" : "ok", i, t->name,
+           skip_reason[0] ? " # SKIP " : "", skip_reason);
     fflush(stdout);
     if (failures_in_test) failed++;
   }

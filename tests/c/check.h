@@ -19,6 +19,9 @@ bool check_recordf(bool ok, const char *file, int line, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
 /* Prints a diagnostic line ("# ...") under the current test. */
 void check_note(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* Marks the current test as skipped (its TAP line gets "# SKIP reason"); for a feature the
+ * machine lacks. The test should return right after. */
+void check_skip(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* Runs the tests (all, or those whose names contain argv[1]); returns the exit status. */
 int check_main(int argc, char **argv, const test_case *tests);
 

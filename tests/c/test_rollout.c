@@ -259,6 +259,38 @@ static void test_env_error_ends_one_episode(void) {
   free_setup(&s);
 }
 
+/* Many episodes whose observations arrive in the same round (more tokens than the driver's first
+ * buffer): each episode gets its own observation, intact. */
+static void test_many_observations(void) {
+  enum { M = 64 };
+  setup s = make_setup(M, 128);
+  digit_env envs[M];
+  mrl_env vt[M], *pv[M];
+  uint64_t seeds[M];
+  for (int i = 0; i < M; i++) {
+    envs[i] = (digit_env){.digit = i % 10, .turns = 2, .fail_at = -1};
+    vt[i] = digit_vtable(&envs[i]);
+    pv[i] = &vt[i];
+    seeds[i] = (uint64_t)i + 1;
+  }
+  mrl_rollout_config cfg = config(2, 2);
+  MUST(mrl_rollout_run(s.r, s.tok, M, pv, seeds, &cfg));
+  char text[2048], want[32];
+  for (int e = 0; e < M; e++) {
+    size_t n;
+    int len = mrl_rollout_length(s.r, e);
+    MUST(mrl_tokenizer_decode(s.tok, mrl_rollout_tokens(s.r, e), (size_t)len, text, sizeof text, &n));
+    if (n >= sizeof text) n = sizeof text - 1;
+    snprintf(want, sizeof want, "now %d", (e % 10 + 3) % 10);
+    size_t w = strlen(want);
+    bool found = false; /* the sampled bytes may hold NULs: no strstr */
+    for (size_t i = 0; i + w <= n && !found; i++) found = memcmp(text + i, want, w) == 0;
+    CHECKF(found, "episode %d has no \"%s\"", e, want);
+    CHECK(mrl_rollout_end(s.r, e) == MRL_END_DONE);
+  }
+  free_setup(&s);
+}
+
 static void test_limits(void) {
   setup s = make_setup(N, 60);
   digit_env envs[N];
@@ -336,6 +368,7 @@ static void test_errors(void) {
 }
 
 static const test_case tests[] = {{"mask_and_template", test_mask_and_template},
+                                   {"many_observations", test_many_observations},
                                   {"logprobs_match_forward", test_logprobs_match_forward},
                                   {"same_seed_same_episodes", test_same_seed_same_episodes},
                                   {"env_error_ends_one_episode", test_env_error_ends_one_episode},

@@ -192,6 +192,23 @@ describe("the API surface", function()
     assert.is_string(rl.version)
   end)
 
+  it("rl.rng draws the same stream as the Lua 5.4 binding, and checks its arguments", function()
+    local code = "local rl = require \"moonrl\" local r = rl.rng(7) local t = {} for i = 1, 4 do t[#t + 1] = string.format('%.17g', r:random()) end "
+      .. "t[#t + 1] = r:random(6) t[#t + 1] = r:random(-3, 3) t[#t + 1] = string.format('%.17g', r:normal()) "
+      .. "print(table.concat(t, ' '))"
+    local lua54 = run(quote(env("MOONRL_BUILD") .. "/moonrl") .. " -e " .. quote(code))
+    local r, t = rl.rng(7), {}
+    for _ = 1, 4 do t[#t + 1] = string.format("%.17g", r:random()) end
+    t[#t + 1] = r:random(6)
+    t[#t + 1] = r:random(-3, 3)
+    t[#t + 1] = string.format("%.17g", r:normal())
+    assert.are.equal(lua54:gsub("%s+$", ""), table.concat(t, " "))
+    local a, b = rl.rng(3), rl.rng(4)
+    assert.are_not.equal(a:random(), b:random())
+    assert.matches("interval is empty", error_of(function() a:random(5, 2) end))
+    assert.matches("bad argument #1", error_of(function() rl.rng("x") end))
+  end)
+
   it("reports BLAS, sets its threads and the memory figures", function()
     local info = rl.blas_info()
     assert.is_string(info.core)

@@ -1,0 +1,528 @@
+/* lua_objective.c - the trainer's side of the advantage and loss API (`rl.objective`): the C
+ * estimators and losses applied to a trajectory batch's ragged layout. Episodes are ranges of flat
+ * token tensors (offsets); a function gathers each listed episode's sampled tokens (mask 1) into
+ * one left-packed row, calls the engine on the (rows, cols) arrays and scatters per-token results
+ * back to flat positions. The per-case API over the spec's tables is rl.advantage. */
+#include "lua_internal.h"
+
+#include <math.h>
+#include <string.h>
+
+/* ---- argument helpers ---- */
+
+static double opt_num(lua_State *L, int opts, const char *key, double dflt) {
+  int type = lua_getfield(L, opts, key);
+  double v = dflt;
+  if (type != LUA_TNIL) {
+    if (type != LUA_TNUMBER) luaL_argerror(L, opts, lua_pushfstring(L, "%s: a number expected", key));
+    v = lua_tonumber(L, -1);
+  }
+  lua_pop(L, 1);
+  return v;
+}
+
+static const char *opt_str(lua_State *L, int opts, const char *key, const char *dflt) {
+  int type = lua_getfield(L, opts, key);
+  const char *v = dflt;
+  if (type != LUA_TNIL) {
+    if (type != LUA_TSTRING) luaL_argerror(L, opts, lua_pushfstring(L, "%s: a string expected", key));
+    v = lua_tostring(L, -1); /* kept alive by the options table */
+  }
+  lua_pop(L, 1);
+  return v;
+}
+
+/* Scratch memory owned by a userdata left on the stack (freed by the GC, also on errors). */
+static void *scratch(lua_State *L, int64_t count, size_t elem) {
+  size_t n = (size_t)(count > 0 ? count : 1) * elem;
+  void *p = lua_newuserdatauv(L, n, 0);
+  memset(p, 0, n);
+  return p;
+}
+
+/* A list field of n numbers (n < 0: any length, written to *len). */
+static double *num_list(lua_State *L, int opts, const char *key, int64_t *len, bool required) {
+  if (lua_getfield(L, opts, key) != LUA_TTABLE) {
+    lua_pop(L, 1);
+    if (required) luaL_argerror(L, opts, lua_pushfstring(L, "%s: a list of numbers expected", key));
+    return NULL;
+  }
+  int list = lua_gettop(L);
+  int64_t n = (int64_t)luaL_len(L, list);
+  if (*len >= 0 && n != *len)
+    luaL_argerror(L, opts, lua_pushfstring(L, "%s: %d values expected, got %d", key, (int)*len, (int)n));
+  double *out = scratch(L, n, sizeof(double));
+  for (int64_t i = 0; i < n; i++) {
+    lua_geti(L, list, i + 1);
+    int ok;
+    out[i] = lua_tonumberx(L, -1, &ok);
+    if (!ok || !isfinite(out[i]))
+      luaL_argerror(L, opts, lua_pushfstring(L, "%s[%d]: a finite number expected", key, (int)i + 1));
+    lua_pop(L, 1);
+  }
+  lua_replace(L, list); /* keep the scratch block, drop the list */
+  *len = n;
+  return out;
+}
+
+/* A list field of n ids (numbers or strings, compared for equality) as dense int64 labels. */
+static int64_t *id_list(lua_State *L, int opts, const char *key, int64_t n) {
+  if (lua_getfield(L, opts, key) != LUA_TTABLE)
+    luaL_argerror(L, opts, lua_pushfstring(L, "%s: a list of ids expected", key));
+  int list = lua_gettop(L);
+  if ((int64_t)luaL_len(L, list) != n)
+    luaL_argerror(L, opts, lua_pushfstring(L, "%s: %d ids expected", key, (int)n));
+  int64_t *out = scratch(L, n, sizeof(int64_t));
+  lua_newtable(L); /* id -> label */
+  int seen = lua_gettop(L);
+  int64_t next = 0;
+  for (int64_t i = 0; i < n; i++) {
+    int type = lua_geti(L, list, i + 1);
+    if (type != LUA_TNUMBER && type != LUA_TSTRING)
+      luaL_argerror(L, opts, lua_pushfstring(L, "%s[%d]: a number or string expected", key, (int)i + 1));
+    lua_pushvalue(L, -1);
+    if (lua_rawget(L, seen) == LUA_TNUMBER) {
+      out[i] = lua_tointeger(L, -1);
+      lua_pop(L, 2);
+    } else {
+      lua_pop(L, 1);
+      out[i] = next;
+      lua_pushinteger(L, next++);
+      lua_rawset(L, seen);
+    }
+  }
+  lua_pop(L, 1);
+  lua_replace(L, list);
+  return out;
+}
+
+static void push_list(lua_State *L, const double *v, int64_t n) {
+  lua_createtable(L, (int)n, 0);
+  for (int64_t i = 0; i < n; i++) {
+    lua_pushnumber(L, v[i]);
+    lua_rawseti(L, -2, i + 1);
+  }
+}
+
+static int raise(lua_State *L, mrl_status st) { return mrl__lua_raise(L, mrl__lua_engine(L), st, 1); }
+
+/* ---- per-row advantages ---- */
+
+static const struct {
+  const char *name;
+  mrl_outcome_kind kind;
+  int norm_by_std;
+} outcome_methods[] = {{"grpo", MRL_ADV_GRPO, 1},
+                       {"drgrpo", MRL_ADV_GRPO, 0},
+                       {"grpo_passk", MRL_ADV_GRPO_PASSK, 1},
+                       {"rloo", MRL_ADV_RLOO, 1},
+                       {"opo", MRL_ADV_OPO, 1},
+                       {"gpg", MRL_ADV_GPG, 1},
+                       {"reinforce_plus_plus_baseline", MRL_ADV_REINFORCE_PP_BASELINE, 1}};
+
+/* rl.objective.advantage{method =, scores = {...}, groups = {...} [, counts = {...}, epsilon =,
+ * norm_by_std =, f_norm =]} -> {a1, a2, ...}: the outcome estimator's advantage of each row (an
+ * episode), which every sampled token of the row gets. counts: the row's sampled-token count
+ * (OPO's lengths and REINFORCE++'s token-weighted whitening; default 1 each). */
+static int l_advantage(lua_State *L) {
+  luaL_checktype(L, 1, LUA_TTABLE);
+  luaL_checkstack(L, 48, "objective");
+  const char *method = opt_str(L, 1, "method", "grpo");
+  size_t k = 0, n_methods = sizeof outcome_methods / sizeof outcome_methods[0];
+  while (k < n_methods && strcmp(outcome_methods[k].name, method) != 0) k++;
+  if (k == n_methods)
+    return luaL_argerror(L, 1, lua_pushfstring(L, "method: unknown outcome estimator '%s' (grpo, "
+                                               "drgrpo, grpo_passk, rloo, opo, gpg, "
+                                               "reinforce_plus_plus_baseline)", method));
+  int64_t rows = -1;
+  double *scores = num_list(L, 1, "scores", &rows, true);
+  int64_t *groups = id_list(L, 1, "groups", rows);
+  int64_t crow = rows;
+  double *counts = num_list(L, 1, "counts", &crow, false);
+  int64_t cols = 1;
+  for (int64_t i = 0; counts && i < rows; i++) {
+    if (counts[i] < 0 || counts[i] != floor(counts[i]))
+      return luaL_argerror(L, 1, "counts: non-negative integers expected");
+    if ((int64_t)counts[i] > cols) cols = (int64_t)counts[i];
+  }
+  mrl_outcome_opts o;
+  mrl_outcome_defaults(&o);
+  o.epsilon = opt_num(L, 1, "epsilon", o.epsilon);
+  o.f_norm = opt_num(L, 1, "f_norm", o.f_norm);
+  o.norm_by_std = (int)opt_num(L, 1, "norm_by_std", outcome_methods[k].norm_by_std);
+  float *rewards = scratch(L, rows * cols, sizeof(float));
+  float *mask = scratch(L, rows * cols, sizeof(float));
+  float *adv = scratch(L, rows * cols, sizeof(float));
+  double *out = scratch(L, rows, sizeof(double));
+  for (int64_t i = 0; i < rows; i++) {
+    int64_t c = counts ? (int64_t)counts[i] : 1;
+    rewards[i * cols] = (float)scores[i];
+    for (int64_t t = 0; t < c; t++) mask[i * cols + t] = 1.0f;
+  }
+  mrl_status st = mrl_outcome_advantage(mrl__lua_engine(L), outcome_methods[k].kind, &o, rewards,
+                                        mask, groups, rows, cols, adv);
+  if (st) return raise(L, st);
+  /* a row without sampled tokens has adv 0 everywhere; the estimator's value is what it would get */
+  for (int64_t i = 0; i < rows; i++) out[i] = adv[i * cols];
+  push_list(L, out, rows);
+  return 1;
+}
+
+/* rl.objective.step_returns{rewards = {...}, traj = {...} [, gamma = 1]} -> discounted returns of
+ * each row (a turn) within its trajectory, rows in order. */
+static int l_step_returns(lua_State *L) {
+  luaL_checktype(L, 1, LUA_TTABLE);
+  luaL_checkstack(L, 48, "objective");
+  int64_t n = -1;
+  double *rewards = num_list(L, 1, "rewards", &n, true);
+  int64_t *traj = id_list(L, 1, "traj", n);
+  double gamma = opt_num(L, 1, "gamma", 1.0);
+  double *out = scratch(L, n, sizeof(double));
+  mrl_status st = mrl_step_returns(mrl__lua_engine(L), rewards, traj, NULL, n, gamma, out);
+  if (st) return raise(L, st);
+  push_list(L, out, n);
+  return 1;
+}
+
+/* rl.objective.gigpo{scores = {...}, step_rewards = {...}, groups = {...}, anchors = {...}
+ * [, step_weight = 1, mode = "mean" | "mean_std", epsilon =]} -> adv, episode_adv, step_adv:
+ * per row (a turn): the episode's score normalised in its prompt group plus the weighted step
+ * return normalised among the group's turns that acted on the same state (anchor). */
+static int l_gigpo(lua_State *L) {
+  luaL_checktype(L, 1, LUA_TTABLE);
+  luaL_checkstack(L, 48, "objective");
+  int64_t rows = -1;
+  double *scores = num_list(L, 1, "scores", &rows, true);
+  double *step_rewards = num_list(L, 1, "step_rewards", &rows, true);
+  int64_t *groups = id_list(L, 1, "groups", rows);
+  int64_t *anchors = id_list(L, 1, "anchors", rows);
+  mrl_gigpo_opts o;
+  mrl_gigpo_defaults(&o);
+  o.step_weight = opt_num(L, 1, "step_weight", o.step_weight);
+  o.epsilon = opt_num(L, 1, "epsilon", o.epsilon);
+  const char *mode = opt_str(L, 1, "mode", "mean");
+  if (strcmp(mode, "mean") == 0) o.mode = MRL_NORM_MEAN;
+  else if (strcmp(mode, "mean_std") == 0) o.mode = MRL_NORM_MEAN_STD;
+  else return luaL_argerror(L, 1, "mode: \"mean\" or \"mean_std\" expected");
+  float *rewards = scratch(L, rows, sizeof(float)), *mask = scratch(L, rows, sizeof(float));
+  float *adv = scratch(L, rows, sizeof(float)), *ea = scratch(L, rows, sizeof(float));
+  float *sa = scratch(L, rows, sizeof(float));
+  for (int64_t i = 0; i < rows; i++) {
+    rewards[i] = (float)scores[i];
+    mask[i] = 1.0f;
+  }
+  mrl_status st = mrl_gigpo(mrl__lua_engine(L), &o, rewards, step_rewards, mask, groups, NULL,
+                            anchors, rows, 1, adv, ea, sa, NULL);
+  if (st) return raise(L, st);
+  double *d = scratch(L, rows, sizeof(double));
+  const float *src[3] = {adv, ea, sa};
+  for (int k = 0; k < 3; k++) {
+    for (int64_t i = 0; i < rows; i++) d[i] = src[k][i];
+    push_list(L, d, rows);
+    lua_insert(L, -2); /* keep d on top */
+  }
+  lua_pop(L, 1);
+  return 3;
+}
+
+/* rl.objective.broadcast{values = {...}, mask =, offsets =} -> a flat tensor like mask holding
+ * values[i] at episode i's mask-1 tokens and 0 elsewhere (an episode's advantage on its tokens). */
+static int l_broadcast(lua_State *L) {
+  luaL_checktype(L, 1, LUA_TTABLE);
+  luaL_checkstack(L, 48, "objective");
+  lua_getfield(L, 1, "mask");
+  mrl_tensor *mt = mrl__lua_check_tensor(L, -1, "mask");
+  lua_pop(L, 1);
+  if (mrl_tensor_rank(mt) != 1 || !mrl_tensor_is_contiguous(mt))
+    return luaL_argerror(L, 1, "mask: a contiguous 1-D tensor expected");
+  int64_t total = mrl_tensor_numel(mt);
+  const float *mask = mrl_tensor_data(mt);
+  int64_t n = -1;
+  double *values = num_list(L, 1, "values", &n, true);
+  int64_t n_off = n + 1;
+  double *off = num_list(L, 1, "offsets", &n_off, true);
+  for (int64_t i = 0; i < n; i++)
+    if (off[i] < 0 || off[i + 1] < off[i] || off[i + 1] > (double)total || off[i] != floor(off[i]))
+      return luaL_argerror(L, 1, lua_pushfstring(L, "offsets: entry %d does not fit mask", (int)i + 1));
+  mrl_tensor *t = NULL;
+  mrl_status st = mrl_tensor_new(mrl__lua_engine(L), 1, &total, &t);
+  if (st) return raise(L, st);
+  mrl__lua_push_tensor(L, t);
+  float *d = mrl_tensor_data(t);
+  for (int64_t i = 0; i < n; i++)
+    for (int64_t j = (int64_t)off[i]; j < (int64_t)off[i + 1]; j++)
+      d[j] = mask[j] != 0.0f ? (float)values[i] : 0.0f;
+  return 1;
+}
+
+/* ---- the loss over a minibatch of episodes ---- */
+
+typedef struct {
+  int64_t rows, cols, total;
+  int64_t *pos; /* rows x cols: flat position of each packed token, -1 for padding */
+  float *mask;  /* rows x cols */
+} packed;
+
+static float *flat_tensor(lua_State *L, int opts, const char *key, int64_t total, bool required) {
+  if (lua_getfield(L, opts, key) == LUA_TNIL) {
+    lua_pop(L, 1);
+    if (required) luaL_argerror(L, opts, lua_pushfstring(L, "%s: a tensor expected", key));
+    return NULL;
+  }
+  mrl_tensor *t = mrl__lua_check_tensor(L, -1, key);
+  if (mrl_tensor_rank(t) != 1 || !mrl_tensor_is_contiguous(t) || mrl_tensor_numel(t) != total)
+    luaL_argerror(L, opts, lua_pushfstring(L, "%s: a contiguous 1-D tensor as long as mask "
+                                           "expected", key));
+  lua_pop(L, 1); /* the options table keeps it alive */
+  return mrl_tensor_data(t);
+}
+
+/* The listed episodes' mask-1 positions, left-packed one row per episode. */
+static packed pack(lua_State *L, int opts) {
+  packed p;
+  memset(&p, 0, sizeof p);
+  lua_getfield(L, opts, "mask");
+  mrl_tensor *mt = mrl__lua_check_tensor(L, -1, "mask");
+  if (mrl_tensor_rank(mt) != 1 || !mrl_tensor_is_contiguous(mt))
+    luaL_argerror(L, opts, "mask: a contiguous 1-D tensor expected");
+  lua_pop(L, 1);
+  p.total = mrl_tensor_numel(mt);
+  const float *mask = mrl_tensor_data(mt);
+  if (lua_getfield(L, opts, "offsets") != LUA_TTABLE) luaL_argerror(L, opts, "offsets: a list expected");
+  int offsets = lua_gettop(L);
+  if (lua_getfield(L, opts, "episodes") != LUA_TTABLE) luaL_argerror(L, opts, "episodes: a list expected");
+  int eps = lua_gettop(L);
+  int64_t n_off = (int64_t)luaL_len(L, offsets);
+  p.rows = (int64_t)luaL_len(L, eps);
+  if (p.rows < 1) luaL_argerror(L, opts, "episodes: at least one expected");
+  int64_t *range = scratch(L, 2 * p.rows, sizeof(int64_t));
+  p.cols = 1;
+  for (int64_t i = 0; i < p.rows; i++) {
+    lua_geti(L, eps, i + 1);
+    int ok;
+    lua_Integer e = lua_tointegerx(L, -1, &ok);
+    lua_pop(L, 1);
+    if (!ok || e < 1 || e >= n_off)
+      luaL_argerror(L, opts, lua_pushfstring(L, "episodes[%d]: an episode number in 1..%d "
+                                             "expected", (int)i + 1, (int)n_off - 1));
+    lua_geti(L, offsets, e);
+    lua_geti(L, offsets, e + 1);
+    int64_t a = lua_tointeger(L, -2), b = lua_tointeger(L, -1);
+    lua_pop(L, 2);
+    if (a < 0 || b < a || b > p.total)
+      luaL_argerror(L, opts, lua_pushfstring(L, "offsets of episode %d do not fit mask", (int)e));
+    int64_t count = 0;
+    for (int64_t j = a; j < b; j++) {
+      if (mask[j] != 0.0f && mask[j] != 1.0f) luaL_argerror(L, opts, "mask: 0 or 1 expected");
+      count += mask[j] != 0.0f;
+    }
+    if (count > p.cols) p.cols = count;
+    range[2 * i] = a;
+    range[2 * i + 1] = b;
+  }
+  int64_t cells = p.rows * p.cols;
+  p.pos = scratch(L, cells, sizeof(int64_t));
+  p.mask = scratch(L, cells, sizeof(float));
+  for (int64_t c = 0; c < cells; c++) p.pos[c] = -1;
+  for (int64_t i = 0; i < p.rows; i++) {
+    int64_t c = i * p.cols;
+    for (int64_t j = range[2 * i]; j < range[2 * i + 1]; j++)
+      if (mask[j] != 0.0f) {
+        p.pos[c] = j;
+        p.mask[c++] = 1.0f;
+      }
+  }
+  lua_replace(L, offsets); /* keep the arrays; drop the lists */
+  lua_replace(L, eps);
+  return p;
+}
+
+static float *gather(lua_State *L, const packed *p, const float *flat) {
+  float *out = scratch(L, p->rows * p->cols, sizeof(float));
+  for (int64_t c = 0; c < p->rows * p->cols; c++) out[c] = p->pos[c] >= 0 ? flat[p->pos[c]] : 0.0f;
+  return out;
+}
+
+/* A new flat tensor of total zeros with the packed values scattered back. */
+static void push_scatter(lua_State *L, const packed *p, const float *packed_values) {
+  mrl_engine *e = mrl__lua_engine(L);
+  mrl_tensor *t = NULL;
+  int64_t total = p->total;
+  mrl_status st = mrl_tensor_new(e, 1, &total, &t);
+  if (st) raise(L, st);
+  mrl__lua_push_tensor(L, t);
+  float *d = mrl_tensor_data(t);
+  for (int64_t c = 0; c < p->rows * p->cols; c++)
+    if (p->pos[c] >= 0) d[p->pos[c]] = packed_values[c];
+}
+
+static const struct {
+  const char *name;
+  mrl_pg_kind kind;
+} pg_kinds[] = {{"ppo", MRL_PG_PPO},   {"gspo", MRL_PG_GSPO}, {"cispo", MRL_PG_CISPO},
+                {"sapo", MRL_PG_SAPO}, {"gpg", MRL_PG_GPG},   {"gmpo", MRL_PG_GMPO}};
+static const char *const agg_names[] = {"token-mean", "seq-mean-token-sum", "seq-mean-token-mean",
+                                        "seq-mean-token-sum-norm", "oat-drgrpo", NULL};
+static const char *const kl_names[] = {"k1", "abs", "k2", "k3", "k1+", "k3+", NULL};
+
+static int find_name(lua_State *L, int opts, const char *key, const char *const *names,
+                     const char *dflt) {
+  const char *v = opt_str(L, opts, key, dflt);
+  for (int i = 0; names[i]; i++)
+    if (strcmp(names[i], v) == 0) return i;
+  return luaL_argerror(L, opts, lua_pushfstring(L, "%s: unknown value '%s'", key, v));
+}
+
+static void set_num(lua_State *L, const char *key, double v) {
+  lua_pushnumber(L, v);
+  lua_setfield(L, -2, key);
+}
+
+/* rl.objective.loss{logp =, old_logp =, adv =, mask = (flat tensors), offsets =, episodes =
+ * [, kind = "ppo", agg = "token-mean", agg_norm =, clip_low =, clip_high =, clip_c =, tau_pos =,
+ * tau_neg =, ref_logp =, kl = "k3", kl_coef = 0, entropy =, entropy_coef = 0]}
+ * -> stats, dlogp [, dentropy]: the policy loss (plus coef * KL to the reference and minus
+ * coef * entropy) over the listed episodes' sampled tokens, each episode one row; stats has
+ * loss, pg_loss, clipfrac, clipfrac_lower, ppo_kl, kl, entropy, tokens; dlogp and dentropy are
+ * flat tensors of d loss / d logp (entropy) for m:backward_batch. */
+static int l_loss(lua_State *L) {
+  luaL_checktype(L, 1, LUA_TTABLE);
+  luaL_checkstack(L, 48, "objective");
+  mrl_engine *e = mrl__lua_engine(L);
+  packed p = pack(L, 1);
+  const float *f_logp = flat_tensor(L, 1, "logp", p.total, true);
+  const float *f_old = flat_tensor(L, 1, "old_logp", p.total, true);
+  const float *f_adv = flat_tensor(L, 1, "adv", p.total, true);
+  const float *f_ref = flat_tensor(L, 1, "ref_logp", p.total, false);
+  const float *f_ent = flat_tensor(L, 1, "entropy", p.total, false);
+  const char *kind_name = opt_str(L, 1, "kind", "ppo");
+  size_t k = 0, n_kinds = sizeof pg_kinds / sizeof pg_kinds[0];
+  while (k < n_kinds && strcmp(pg_kinds[k].name, kind_name) != 0) k++;
+  if (k == n_kinds)
+    return luaL_argerror(L, 1, lua_pushfstring(L, "kind: unknown policy loss '%s' (ppo, gspo, "
+                                               "cispo, sapo, gpg, gmpo)", kind_name));
+  mrl_pg_opts o;
+  mrl_pg_defaults(pg_kinds[k].kind, &o);
+  o.agg = (mrl_loss_agg)find_name(L, 1, "agg", agg_names, agg_names[o.agg]);
+  o.agg_norm = opt_num(L, 1, "agg_norm", o.agg_norm);
+  o.clip_low = opt_num(L, 1, "clip_low", o.clip_low);
+  o.clip_high = opt_num(L, 1, "clip_high", o.clip_high);
+  o.clip_c = opt_num(L, 1, "clip_c", o.clip_c);
+  o.tau_pos = opt_num(L, 1, "tau_pos", o.tau_pos);
+  o.tau_neg = opt_num(L, 1, "tau_neg", o.tau_neg);
+  mrl_kl_kind kl_kind = (mrl_kl_kind)find_name(L, 1, "kl", kl_names, "k3");
+  double kl_coef = opt_num(L, 1, "kl_coef", 0.0), ent_coef = opt_num(L, 1, "entropy_coef", 0.0);
+  if (kl_coef != 0.0 && !f_ref) return luaL_argerror(L, 1, "ref_logp: needed when kl_coef is set");
+  if (ent_coef != 0.0 && !f_ent) return luaL_argerror(L, 1, "entropy: needed when entropy_coef is set");
+
+  int64_t cells = p.rows * p.cols;
+  float *logp = gather(L, &p, f_logp), *old = gather(L, &p, f_old), *adv = gather(L, &p, f_adv);
+  float *dlogp = scratch(L, cells, sizeof(float));
+  mrl_pg_stats s;
+  mrl_status st = mrl_policy_loss(e, pg_kinds[k].kind, &o, logp, old, adv, p.mask, NULL, p.rows,
+                                  p.cols, &s, NULL, NULL, NULL, dlogp);
+  if (st) return raise(L, st);
+  double total = s.loss, kl_value = 0.0, kl_loss = 0.0, entropy = 0.0, ent_loss = 0.0;
+  if (f_ref) {
+    float *ref = gather(L, &p, f_ref);
+    /* the KL's value under the loss's aggregation, whether or not it is trained on */
+    if ((st = mrl_kl_loss(e, kl_kind, o.agg, o.agg_norm, 1.0, logp, ref, p.mask, p.rows, p.cols,
+                          &kl_value, NULL)))
+      return raise(L, st);
+    if (kl_coef != 0.0 && (st = mrl_kl_loss(e, kl_kind, o.agg, o.agg_norm, kl_coef, logp, ref,
+                                            p.mask, p.rows, p.cols, &kl_loss, dlogp)))
+      return raise(L, st);
+  }
+  float *dent = NULL;
+  if (f_ent) {
+    float *ent = gather(L, &p, f_ent);
+    if ((st = mrl_agg_loss(e, o.agg, o.agg_norm, ent, p.mask, p.rows, p.cols, &entropy)))
+      return raise(L, st);
+    if (ent_coef != 0.0) {
+      dent = scratch(L, cells, sizeof(float));
+      if ((st = mrl_entropy_bonus(e, o.agg, o.agg_norm, ent_coef, ent, p.mask, p.rows, p.cols,
+                                  &ent_loss, dent)))
+        return raise(L, st);
+    }
+  }
+  total += kl_loss + ent_loss;
+  int64_t tokens = 0;
+  for (int64_t c = 0; c < cells; c++) tokens += p.mask[c] != 0.0f;
+  lua_createtable(L, 0, 10);
+  set_num(L, "loss", total);
+  set_num(L, "pg_loss", s.loss);
+  set_num(L, "clipfrac", s.clipfrac);
+  set_num(L, "clipfrac_lower", s.clipfrac_lower);
+  set_num(L, "ppo_kl", s.ppo_kl);
+  set_num(L, "kl", kl_value);
+  set_num(L, "kl_loss", kl_loss);
+  set_num(L, "entropy", entropy);
+  set_num(L, "entropy_loss", ent_loss);
+  lua_pushinteger(L, tokens);
+  lua_setfield(L, -2, "tokens");
+  push_scatter(L, &p, dlogp);
+  if (!dent) return 2;
+  push_scatter(L, &p, dent);
+  return 3;
+}
+
+/* rl.objective.kl{logp =, ref_logp =, mask = (flat tensors) [, kind = "k3"]} -> a flat tensor of
+ * the per-token KL estimate of logp against ref_logp where mask is 1 (0 elsewhere). */
+static int l_kl(lua_State *L) {
+  luaL_checktype(L, 1, LUA_TTABLE);
+  luaL_checkstack(L, 48, "objective");
+  lua_getfield(L, 1, "mask");
+  mrl_tensor *mt = mrl__lua_check_tensor(L, -1, "mask");
+  lua_pop(L, 1);
+  if (mrl_tensor_rank(mt) != 1 || !mrl_tensor_is_contiguous(mt))
+    return luaL_argerror(L, 1, "mask: a contiguous 1-D tensor expected");
+  int64_t n = mrl_tensor_numel(mt);
+  const float *mask = mrl_tensor_data(mt);
+  const float *logp = flat_tensor(L, 1, "logp", n, true), *ref = flat_tensor(L, 1, "ref_logp", n, true);
+  mrl_kl_kind kind = (mrl_kl_kind)find_name(L, 1, "kind", kl_names, "k3");
+  float *kl = scratch(L, n, sizeof(float));
+  mrl_status st = mrl_kl(mrl__lua_engine(L), kind, logp, ref, n, kl, NULL);
+  if (st) return raise(L, st);
+  packed p = {.rows = 1, .cols = n, .total = n, .pos = scratch(L, n, sizeof(int64_t))};
+  for (int64_t i = 0; i < n; i++) {
+    p.pos[i] = i;
+    if (mask[i] == 0.0f) kl[i] = 0.0f;
+  }
+  push_scatter(L, &p, kl);
+  return 1;
+}
+
+/* rl.objective.overlong{lengths = {...}, max_len =, buffer = [, factor = 1, floor = true]} ->
+ * DAPO's soft overlong penalty of each response length (0 up to max_len - buffer, then linear
+ * down to -factor at max_len; floored at -factor unless floor is false). */
+static int l_overlong(lua_State *L) {
+  luaL_checktype(L, 1, LUA_TTABLE);
+  luaL_checkstack(L, 48, "objective");
+  int64_t n = -1;
+  double *len = num_list(L, 1, "lengths", &n, true);
+  int64_t *ilen = scratch(L, n, sizeof(int64_t));
+  for (int64_t i = 0; i < n; i++) ilen[i] = (int64_t)len[i];
+  double max_len = opt_num(L, 1, "max_len", -1), buffer = opt_num(L, 1, "buffer", -1);
+  double factor = opt_num(L, 1, "factor", 1.0);
+  lua_getfield(L, 1, "floor");
+  int floor_it = lua_isnil(L, -1) ? 1 : lua_toboolean(L, -1);
+  lua_pop(L, 1);
+  double *out = scratch(L, n, sizeof(double));
+  mrl_status st = mrl_overlong_penalty(mrl__lua_engine(L), ilen, n, (int64_t)max_len,
+                                       (int64_t)buffer, factor, floor_it, out);
+  if (st) return raise(L, st);
+  push_list(L, out, n);
+  return 1;
+}
+
+void mrl__lua_open_objective(lua_State *L) {
+  static const luaL_Reg funcs[] = {{"advantage", l_advantage},
+                                   {"gigpo", l_gigpo},
+                                   {"step_returns", l_step_returns},
+                                   {"loss", l_loss},
+                                   {"broadcast", l_broadcast},
+                                   {"kl", l_kl},
+                                   {"overlong", l_overlong},
+                                   {NULL, NULL}};
+  luaL_newlib(L, funcs);
+}

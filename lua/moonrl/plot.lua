@@ -1,0 +1,107 @@
+-- moonrl.plot: learning curves as a standalone SVG file (no plotting library needed).
+--
+--   plot.svg(path, {
+--     title = "quickstart", xlabel = "step", ylabel = "success",
+--     series = { {name = "train", points = {{x, y}, ...}, color = "#1f77b4"}, ...},
+--     ymin = 0, ymax = 1,                -- optional fixed y range
+--     marks = { {x = 0, label = "after SFT"} },  -- optional vertical markers
+--   }) -> true | nil, message
+local M = {}
+
+local W, H, LEFT, RIGHT, TOP, BOTTOM = 640, 400, 60, 150, 40, 50
+local PALETTE = { "#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b" }
+
+local function esc(s)
+  return (tostring(s):gsub("[&<>\"]", { ["&"] = "&amp;", ["<"] = "&lt;", [">"] = "&gt;",
+    ['"'] = "&quot;" }))
+end
+
+-- A "nice" tick step for a range.
+local function tick_step(span, ticks)
+  local raw = span / ticks
+  local mag = 10 ^ math.floor(math.log(raw, 10))
+  for _, m in ipairs { 1, 2, 2.5, 5, 10 } do
+    if raw <= m * mag then return m * mag end
+  end
+  return 10 * mag
+end
+
+local function fmt(v)
+  if v == math.floor(v) and math.abs(v) < 1e9 then return string.format("%d", v) end
+  return string.format("%.3g", v)
+end
+
+-- The SVG text for the figure described above.
+function M.render(fig)
+  local xmin, xmax, ymin, ymax = math.huge, -math.huge, math.huge, -math.huge
+  for _, s in ipairs(fig.series) do
+    for _, p in ipairs(s.points) do
+      xmin, xmax = math.min(xmin, p[1]), math.max(xmax, p[1])
+      ymin, ymax = math.min(ymin, p[2]), math.max(ymax, p[2])
+    end
+  end
+  if xmin == math.huge then xmin, xmax, ymin, ymax = 0, 1, 0, 1 end
+  ymin, ymax = fig.ymin or ymin, fig.ymax or ymax
+  if xmax == xmin then xmax = xmin + 1 end
+  if ymax == ymin then ymax = ymin + 1 end
+  local pw, ph = W - LEFT - RIGHT, H - TOP - BOTTOM
+  local function X(x) return LEFT + (x - xmin) / (xmax - xmin) * pw end
+  local function Y(y) return TOP + ph - (y - ymin) / (ymax - ymin) * ph end
+  local out = {}
+  local function add(...) out[#out + 1] = string.format(...) end
+  add('<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" viewBox="0 0 %d %d" '
+    .. 'font-family="sans-serif" font-size="12">', W, H, W, H)
+  add('<rect width="%d" height="%d" fill="white"/>', W, H)
+  add('<text x="%d" y="22" font-size="15" text-anchor="middle">%s</text>', LEFT + pw // 2,
+    esc(fig.title or ""))
+  -- grid and ticks
+  local ys = tick_step(ymax - ymin, 5)
+  for v = math.ceil(ymin / ys) * ys, ymax + 1e-9, ys do
+    add('<line x1="%d" y1="%.1f" x2="%d" y2="%.1f" stroke="#ddd"/>', LEFT, Y(v), LEFT + pw, Y(v))
+    add('<text x="%d" y="%.1f" text-anchor="end">%s</text>', LEFT - 6, Y(v) + 4, fmt(v))
+  end
+  local xs = tick_step(xmax - xmin, 8)
+  for v = math.ceil(xmin / xs) * xs, xmax + 1e-9, xs do
+    add('<line x1="%.1f" y1="%d" x2="%.1f" y2="%d" stroke="#eee"/>', X(v), TOP, X(v), TOP + ph)
+    add('<text x="%.1f" y="%d" text-anchor="middle">%s</text>', X(v), TOP + ph + 16, fmt(v))
+  end
+  add('<rect x="%d" y="%d" width="%d" height="%d" fill="none" stroke="#333"/>', LEFT, TOP, pw, ph)
+  add('<text x="%d" y="%d" text-anchor="middle">%s</text>', LEFT + pw // 2, H - 12,
+    esc(fig.xlabel or ""))
+  add('<text x="16" y="%d" text-anchor="middle" transform="rotate(-90 16 %d)">%s</text>',
+    TOP + ph // 2, TOP + ph // 2, esc(fig.ylabel or ""))
+  for _, mark in ipairs(fig.marks or {}) do
+    if mark.x >= xmin and mark.x <= xmax then
+      add('<line x1="%.1f" y1="%d" x2="%.1f" y2="%d" stroke="#999" stroke-dasharray="4 3"/>',
+        X(mark.x), TOP, X(mark.x), TOP + ph)
+      add('<text x="%.1f" y="%d" fill="#666">%s</text>', X(mark.x) + 3, TOP + 12, esc(mark.label))
+    end
+  end
+  -- series and legend
+  for i, s in ipairs(fig.series) do
+    local color = s.color or PALETTE[(i - 1) % #PALETTE + 1]
+    local pts = {}
+    for _, p in ipairs(s.points) do pts[#pts + 1] = string.format("%.1f,%.1f", X(p[1]), Y(p[2])) end
+    if #pts > 1 then
+      add('<polyline fill="none" stroke="%s" stroke-width="2" points="%s"/>', color,
+        table.concat(pts, " "))
+    end
+    if s.dots or #pts == 1 then
+      for _, p in ipairs(s.points) do
+        add('<circle cx="%.1f" cy="%.1f" r="3.5" fill="%s"/>', X(p[1]), Y(p[2]), color)
+      end
+    end
+    local ly = TOP + 10 + (i - 1) * 20
+    add('<line x1="%d" y1="%d" x2="%d" y2="%d" stroke="%s" stroke-width="3"/>', LEFT + pw + 12, ly,
+      LEFT + pw + 32, ly, color)
+    add('<text x="%d" y="%d">%s</text>', LEFT + pw + 38, ly + 4, esc(s.name))
+  end
+  add("</svg>")
+  return table.concat(out, "\n") .. "\n"
+end
+
+function M.svg(path, fig)
+  return require("moonrl.core").fs.write(path, M.render(fig))
+end
+
+return M

@@ -1,0 +1,592 @@
+-- moonrl.train: the RL trainer, `rl.train{...}`.
+--
+-- An optional SFT warm start on the environment's oracle, then iterations of
+--   tasks -> rollouts (G episodes per task) -> rewards -> advantages -> K epochs of minibatch
+--   updates with a PPO-family loss (+ KL to a frozen reference, + entropy bonus) -> log,
+-- with held-out evaluation every N steps, atomic checkpoints and bit-exact resume.
+--
+--   local result = rl.train{
+--     model = m, tokenizer = tok, env = require "envs.guess_letter",
+--     name = "quickstart", dir = "runs",      -- files go to runs/quickstart/
+--     seed = 1, steps = 30,
+--     tasks_per_step = 8, group_size = 8,     -- G episodes of each task form a group
+--     max_turns = env.max_turns, max_turn_tokens = 8, temperature = 1,
+--     advantage = "grpo",                     -- grpo, drgrpo, rloo, opo, gpg, grpo_passk,
+--                                             -- reinforce_plus_plus_baseline, gigpo
+--     loss = "ppo",                           -- ppo, gspo, cispo, sapo, gpg, gmpo
+--     clip_low = 0.2, clip_high = 0.28, clip_c = 3, agg = "token-mean",
+--     epochs = 1, minibatch = 32,             -- episodes per optimizer step
+--     lr = 2e-4, schedule = "constant", warmup = 0, weight_decay = 0, clip_grad = 1,
+--     kl_coef = 0, kl = "k3", kl_reward_coef = 0,   -- KL as a loss term, or in the reward
+--     entropy_coef = 0,
+--     dynamic_sampling = false,               -- DAPO: drop zero-variance groups, sample more
+--     overlong = nil,                         -- {max_len =, buffer =, factor = 1}: DAPO shaping
+--     rewards = { name = function(episode) return x end },  -- extra reward terms
+--     sft = { examples = 400, epochs = 2, lr = 2e-3, batch_size = 16 },  -- or false
+--     eval = { every = 5, tasks = 64, k = 4, temperature = 1 },
+--     resume = false, progress = "auto", log_episodes = 2,
+--     on_step = function(step, metrics) end,
+--   }
+-- returns {before = eval after SFT, after = final eval, history = {metrics...}, dir = path}.
+local core = require "moonrl.core"
+local batchlib = require "moonrl.batch"
+local envlib = require "moonrl.env"
+local plot = require "moonrl.plot"
+local sftlib = require "moonrl.sft"
+local json = core.json
+
+local M = {}
+
+-- ---------------------------------------------------------------- options
+
+local DEFAULTS = {
+  dir = "runs", seed = 0, steps = 20, tasks_per_step = 8, group_size = 8,
+  max_turn_tokens = 16, temperature = 1.0, advantage = "grpo", loss = "ppo",
+  agg = "token-mean", epochs = 1, lr = 2e-4, schedule = "constant", warmup = 0,
+  min_lr = 0, weight_decay = 0, clip_grad = 1.0, beta1 = 0.9, beta2 = 0.95,
+  kl_coef = 0, kl = "k3", kl_reward_coef = 0, entropy_coef = 0, dynamic_sampling = false,
+  gamma = 1.0, step_weight = 1.0, resume = false, progress = "auto", log_episodes = 2,
+  max_sampling_tries = 4,
+}
+
+local OUTCOME = { grpo = true, drgrpo = true, rloo = true, opo = true, gpg = true,
+  grpo_passk = true, reinforce_plus_plus_baseline = true }
+
+local function check_options(o)
+  assert(type(o) == "table", "train: a table of options expected")
+  local function need(cond, msg) if not cond then error("train: " .. msg, 3) end end
+  need(o.model ~= nil, "model: an rl.model expected")
+  need(o.tokenizer ~= nil, "tokenizer: an rl.tokenizer expected")
+  envlib.check(o.env)
+  local c = {}
+  for k, v in pairs(DEFAULTS) do c[k] = v end
+  for k, v in pairs(o) do c[k] = v end
+  c.name = c.name or o.env.name
+  need(type(c.name) == "string" and c.name:match("^[%w_.%-]+$"),
+    "name: letters, digits, '_', '.', '-' expected")
+  c.max_turns = c.max_turns or o.env.max_turns or 4
+  need(OUTCOME[c.advantage] or c.advantage == "gigpo", "advantage: unknown estimator '"
+    .. tostring(c.advantage) .. "'")
+  for _, k in ipairs { "steps", "tasks_per_step", "group_size", "epochs", "max_turns",
+    "max_turn_tokens" } do
+    need(math.type(c[k]) == "integer" and c[k] >= 1, k .. ": a positive integer expected")
+  end
+  c.minibatch = c.minibatch or c.tasks_per_step * c.group_size
+  need(math.type(c.minibatch) == "integer" and c.minibatch >= 1,
+    "minibatch: a positive integer expected")
+  c.eval = c.eval == nil and {} or c.eval
+  if c.eval then
+    local e = {}
+    for k, v in pairs { every = 5, tasks = 32, k = 4, temperature = 1.0, split = "test", seed = 12345 } do
+      e[k] = c.eval[k] == nil and v or c.eval[k]
+    end
+    c.eval = e
+  end
+  return c
+end
+
+-- Deterministic 63-bit mixing of integers (splitmix64's finaliser), for per-step seeds.
+local function mix(...)
+  local h = 0x2545F4914F6CDD1D
+  for _, v in ipairs { ... } do
+    h = h ~ (v + 0x9E3779B97F4A7C15 + (h << 6) + (h >> 2))
+    h = (h ~ (h >> 30)) * 0xBF58476D1CE4E5B9
+    h = (h ~ (h >> 27)) * 0x94D049BB133111EB
+    h = h ~ (h >> 31)
+  end
+  return h & 0x7FFFFFFFFFFFFFFF
+end
+M.mix = mix
+
+-- ---------------------------------------------------------------- rollouts
+
+-- Runs episodes of `tasks` (each repeated `repeats` times) and returns the batch. groups[i] of
+-- each episode is group_base + task index.
+local function rollout(ctx, tasks, repeats, seed, temperature, group_base)
+  local list, seeds, groups = {}, {}, {}
+  for t, task in ipairs(tasks) do
+    for _ = 1, repeats do
+      list[#list + 1] = task
+      seeds[#seeds + 1] = mix(seed, #list)
+      groups[#groups + 1] = group_base + t
+    end
+  end
+  local c = ctx.cfg
+  local results = ctx.ro:run {
+    tokenizer = ctx.tokenizer, env = c.env, tasks = list, seeds = seeds, max_turns = c.max_turns,
+    max_turn_tokens = c.max_turn_tokens, temperature = temperature, top_k = c.top_k,
+    top_p = c.top_p, min_p = c.min_p, system = c.system,
+  }
+  return batchlib.from_rollout(ctx.ro, results, groups)
+end
+
+-- ---------------------------------------------------------------- rewards
+
+-- Adds the configured reward terms and shaping to every episode's reward; returns the mean of
+-- each term (metrics "reward/<name>").
+local function shape_rewards(ctx, batch)
+  local c, terms = ctx.cfg, { env = 0 }
+  local n = batch:size()
+  local lengths = {}
+  for i, ep in ipairs(batch.episodes) do
+    ep.env_reward = ep.reward
+    terms.env = terms.env + ep.reward / n
+    lengths[i] = ep.length
+  end
+  for name, fn in pairs(c.rewards or {}) do
+    terms[name] = 0
+    for _, ep in ipairs(batch.episodes) do
+      local ok, r = pcall(fn, ep)
+      if not ok or type(r) ~= "number" or r ~= r then
+        error(string.format("train: reward %s failed on an episode: %s", name,
+          ok and "returned " .. tostring(r) or tostring(r)), 0)
+      end
+      ep.reward = ep.reward + r
+      terms[name] = terms[name] + r / n
+    end
+  end
+  if c.overlong then
+    -- DAPO's soft overlong punishment on each episode's token count
+    local o = c.overlong
+    local pen = core.objective.overlong { lengths = lengths, max_len = o.max_len,
+      buffer = o.buffer, factor = o.factor, floor = o.floor }
+    terms.overlong = 0
+    for i, ep in ipairs(batch.episodes) do
+      ep.reward = ep.reward + pen[i]
+      terms.overlong = terms.overlong + pen[i] / n
+    end
+  end
+  return terms
+end
+
+-- ---------------------------------------------------------------- advantages
+
+-- Per-token advantages (a flat tensor like batch.mask) and the per-episode values logged.
+local function advantages(ctx, batch)
+  local c = ctx.cfg
+  local n = batch:size()
+  local scores, groups = {}, {}
+  for i, ep in ipairs(batch.episodes) do
+    scores[i], groups[i] = ep.reward - (ep.kl_penalty or 0), ep.group
+  end
+  local mask, turns = batch.mask, batch.turns
+  if OUTCOME[c.advantage] then
+    local a = core.objective.advantage { method = c.advantage, scores = scores, groups = groups,
+      counts = batch:sampled_counts(), epsilon = c.adv_epsilon }
+    return core.objective.broadcast { values = a, mask = mask, offsets = batch.offsets }, a
+  end
+  -- GiGPO: one row per turn, anchored on the state the turn acted on
+  local rows_score, rows_reward, rows_group, rows_anchor, rows_traj, index = {}, {}, {}, {}, {}, {}
+  for i, ep in ipairs(batch.episodes) do
+    index[i] = {}
+    local nturns = math.max(ep.turns, #ep.record)
+    for k = 1, nturns do
+      local r = ep.record[k]
+      local row = #rows_score + 1
+      rows_score[row] = scores[i]
+      rows_reward[row] = r and r.reward or 0
+      rows_group[row] = ep.group
+      rows_anchor[row] = (r and r.state) and ("s:" .. r.state) or ("t:" .. k)
+      rows_traj[row] = i
+      index[i][k - 1] = row
+    end
+  end
+  local adv = core.tensor.zeros(math.max(batch.offsets[n + 1], 1)):narrow(1, 1, batch.offsets[n + 1])
+  local returns = core.objective.step_returns { rewards = rows_reward, traj = rows_traj, gamma = c.gamma }
+  local a = core.objective.gigpo { scores = rows_score, step_rewards = returns, groups = rows_group,
+    anchors = rows_anchor, step_weight = c.step_weight, mode = c.gigpo_mode }
+  local per_episode = {}
+  for i = 1, n do
+    local sum, cnt = 0, 0
+    for p = batch.offsets[i] + 1, batch.offsets[i + 1] do
+      if mask:get(p) ~= 0 then
+        local row = index[i][math.floor(turns:get(p))]
+        local v = row and a[row] or 0
+        adv:set(p, v)
+        sum, cnt = sum + v, cnt + 1
+      end
+    end
+    per_episode[i] = cnt > 0 and sum / cnt or 0
+  end
+  return adv, per_episode
+end
+
+-- ---------------------------------------------------------------- scoring in chunks
+
+-- Flat log-probs (and entropies) of the batch's sampled tokens under model, minibatch by
+-- minibatch.
+local function score(model, batch, chunk, want_entropy)
+  local n = batch:size()
+  local total = batch.offsets[n + 1]
+  local lp = core.tensor.zeros(math.max(total, 1)):narrow(1, 1, total)
+  local ent = want_entropy and core.tensor.zeros(math.max(total, 1)):narrow(1, 1, total) or nil
+  for a = 1, n, chunk do
+    local eps = {}
+    for i = a, math.min(n, a + chunk - 1) do eps[#eps + 1] = i end
+    local l, h = model:forward_batch { tokens = batch.tokens, mask = batch.mask,
+      offsets = batch.offsets, episodes = eps }
+    local s, e = batch.offsets[a] + 1, batch.offsets[eps[#eps] + 1]
+    lp:narrow(1, s, e - s + 1):copy(l:narrow(1, s, e - s + 1))
+    if ent then ent:narrow(1, s, e - s + 1):copy(h:narrow(1, s, e - s + 1)) end
+  end
+  return lp, ent
+end
+
+-- ---------------------------------------------------------------- one update
+
+local function shuffled(n, seed) return sftlib.shuffled(n, seed) end
+
+local function update(ctx, batch, adv, step)
+  local c, m = ctx.cfg, ctx.model
+  local n = batch:size()
+  local old = batch.logprobs
+  if c.temperature ~= 1 or c.top_k or c.top_p or c.min_p then
+    old = score(m, batch, c.minibatch) -- the ratio is taken against the untempered policy
+  end
+  local ref = ctx.ref and score(ctx.ref, batch, c.minibatch) or nil
+  local lr = core.lr_at(c.schedule, step - 1, c.steps, c.warmup, c.lr, c.min_lr)
+  local acc = { loss = 0, pg_loss = 0, clipfrac = 0, clipfrac_lower = 0, ppo_kl = 0, kl = 0,
+    kl_loss = 0, entropy = 0, entropy_loss = 0, grad_norm = 0 }
+  local updates = 0
+  for epoch = 1, c.epochs do
+    local order = shuffled(n, mix(c.seed, step, epoch))
+    for a = 1, n, c.minibatch do
+      local eps = {}
+      for j = a, math.min(n, a + c.minibatch - 1) do eps[#eps + 1] = order[j] end
+      local logp, ent = m:forward_batch { tokens = batch.tokens, mask = batch.mask,
+        offsets = batch.offsets, episodes = eps }
+      local stats, dlogp, dent = core.objective.loss {
+        logp = logp, old_logp = old, adv = adv, mask = batch.mask, offsets = batch.offsets,
+        episodes = eps, kind = c.loss, agg = c.agg, agg_norm = c.agg_norm,
+        clip_low = c.clip_low, clip_high = c.clip_high, clip_c = c.clip_c, tau_pos = c.tau_pos,
+        tau_neg = c.tau_neg, ref_logp = ref, kl = c.kl, kl_coef = c.kl_coef, entropy = ent,
+        entropy_coef = c.entropy_coef }
+      m:backward_batch { tokens = batch.tokens, mask = batch.mask, offsets = batch.offsets,
+        episodes = eps, dlogprobs = dlogp, dentropy = dent }
+      local norm = m:step { lr = lr, weight_decay = c.weight_decay, beta1 = c.beta1,
+        beta2 = c.beta2, clip = c.clip_grad }
+      for k in pairs(acc) do
+        if k == "grad_norm" then acc[k] = acc[k] + norm else acc[k] = acc[k] + stats[k] end
+      end
+      updates = updates + 1
+    end
+  end
+  for k, v in pairs(acc) do acc[k] = v / math.max(updates, 1) end
+  acc.lr, acc.updates = lr, updates
+  return acc
+end
+
+-- ---------------------------------------------------------------- evaluation
+
+-- Greedy success and sampled pass@k on the held-out tasks.
+local function evaluate(ctx)
+  local e = ctx.cfg.eval
+  local tasks = ctx.cfg.env.tasks(e.split, e.tasks, e.seed)
+  local greedy = rollout(ctx, tasks, 1, mix(e.seed, 1), 0, 0)
+  local sampled = rollout(ctx, tasks, e.k, mix(e.seed, 2), e.temperature, 0)
+  local g_succ, solved, s_succ, turns = 0, {}, 0, 0
+  for _, ep in ipairs(greedy.episodes) do
+    g_succ = g_succ + (ep.success and 1 or 0)
+    turns = turns + ep.turns
+  end
+  for _, ep in ipairs(sampled.episodes) do
+    s_succ = s_succ + (ep.success and 1 or 0)
+    if ep.success then solved[ep.group] = true end
+  end
+  local pass = 0
+  for _ in pairs(solved) do pass = pass + 1 end
+  return { greedy_success = g_succ / #tasks, sample_success = s_succ / (#tasks * e.k),
+    ["pass@" .. e.k] = pass / #tasks, pass_at_k = pass / #tasks, k = e.k, tasks = #tasks,
+    greedy_turns = turns / #tasks }
+end
+
+-- ---------------------------------------------------------------- SFT warm start
+
+-- The oracle's demonstrations replayed through the environment itself, as chat examples.
+local function oracle_examples(ctx, n, seed)
+  local c = ctx.cfg
+  local env = c.env
+  assert(type(env.oracle) == "function", "train: sft needs env.oracle(task, rng)")
+  local tasks = env.tasks("train", n, seed)
+  local out = {}
+  for i, task in ipairs(tasks) do
+    local rng = core.rng(mix(seed, i))
+    local actions = env.oracle(task, rng)
+    local inst = env.new()
+    local msgs = {}
+    local sys = c.system or env.system
+    if sys then msgs[#msgs + 1] = { role = "system", content = sys } end
+    msgs[#msgs + 1] = { role = "user", content = inst:reset(task, core.rng(mix(seed, i, 1))) }
+    local record = {}
+    for k, action in ipairs(actions) do
+      if k > c.max_turns then break end
+      msgs[#msgs + 1] = { role = "assistant", content = action }
+      local obs, _, done = envlib.step(env, inst, action, record)
+      if done or obs == nil then break end
+      msgs[#msgs + 1] = { role = "user", content = obs }
+    end
+    out[i] = sftlib.example(ctx.tokenizer, msgs)
+  end
+  return out
+end
+
+-- ---------------------------------------------------------------- logging
+
+local function progress_line(ctx, step, mt, elapsed)
+  local c = ctx.cfg
+  local done = step / c.steps
+  local eta = done > 0 and elapsed / done * (1 - done) or 0
+  local text = string.format("step %d/%d  reward %.3f  success %.2f  tok/s %.0f  ETA %d:%02d",
+    step, c.steps, mt["reward/mean"] or 0, mt.success or 0, mt.tokens_per_s or 0, math.floor(eta / 60),
+    math.floor(eta % 60))
+  if mt["eval/greedy_success"] then
+    text = text .. string.format("  held-out %.2f", mt["eval/greedy_success"])
+  end
+  if ctx.tty then
+    local width = 20
+    local fill = math.floor(done * width + 0.5)
+    io.stdout:write("\r\27[K[", string.rep("#", fill), string.rep(".", width - fill), "] ", text)
+    if step == c.steps then io.stdout:write("\n") end
+  else
+    io.stdout:write(text, "\n")
+  end
+  io.stdout:flush()
+end
+
+local function write_plot(ctx)
+  local train, held = {}, {}
+  for _, h in ipairs(ctx.state.history) do
+    if h.success then train[#train + 1] = { h.step, h.success } end
+    if h["eval/greedy_success"] then held[#held + 1] = { h.step, h["eval/greedy_success"] } end
+  end
+  local c = ctx.cfg
+  return plot.svg(ctx.dir .. "/curve.svg", {
+    title = c.name .. ": success (step 0 = after SFT, before RL)", xlabel = "RL step",
+    ylabel = "success rate", ymin = 0, ymax = 1,
+    series = { { name = "train (sampled)", points = train },
+      { name = "held-out (greedy)", points = held, dots = true } },
+    marks = { { x = 0, label = "RL starts" } } })
+end
+
+local function append(path, text)
+  local f = assert(io.open(path, "a"))
+  f:write(text)
+  f:close()
+end
+
+-- ---------------------------------------------------------------- checkpoints
+
+local function save_state(ctx, step)
+  local ckpt = string.format("%s/checkpoint-%06d.bin", ctx.dir, step)
+  local ok, err = ctx.model:save_checkpoint(ckpt, step)
+  if not ok then error("train: checkpoint: " .. err, 0) end
+  local prev = ctx.state.checkpoint
+  ctx.state.checkpoint = ckpt:match("[^/]+$")
+  ctx.state.step = step
+  ok, err = core.fs.write(ctx.dir .. "/state.json", json.encode(ctx.state))
+  if not ok then error("train: state: " .. err, 0) end
+  if prev and prev ~= ctx.state.checkpoint then os.remove(ctx.dir .. "/" .. prev) end
+end
+
+local function load_state(ctx)
+  local f = io.open(ctx.dir .. "/state.json", "r")
+  if not f then return nil end
+  local state = json.decode(f:read("a"))
+  f:close()
+  if type(state) ~= "table" or type(state.checkpoint) ~= "string" then
+    error("train: " .. ctx.dir .. "/state.json is not a trainer state", 0)
+  end
+  local step, err = ctx.model:load_checkpoint(ctx.dir .. "/" .. state.checkpoint)
+  if not step then error("train: resume: " .. err, 0) end
+  if step ~= state.step then error("train: resume: checkpoint and state.json disagree", 0) end
+  return state
+end
+
+-- Rewrites metrics.jsonl with the history up to the checkpoint (a crash may have left later
+-- lines).
+local function rewrite_metrics(ctx)
+  local lines = {}
+  for _, h in ipairs(ctx.state.history) do lines[#lines + 1] = json.encode(h) .. "\n" end
+  assert(core.fs.write(ctx.dir .. "/metrics.jsonl", table.concat(lines)))
+end
+
+-- ---------------------------------------------------------------- the loop
+
+local function sample_batch(ctx, step)
+  local c = ctx.cfg
+  local want = c.tasks_per_step
+  local parts, kept, tries, drawn, filtered = {}, 0, 0, 0, 0
+  repeat
+    tries = tries + 1
+    local tasks = c.env.tasks("train", want, mix(c.seed, step, tries))
+    local b = rollout(ctx, tasks, c.group_size, mix(c.seed, step, tries, 7), c.temperature,
+      tries * 100000)
+    drawn = drawn + #tasks
+    if not c.dynamic_sampling then return b, { tries = 1, groups_drawn = drawn, groups_dropped = 0 } end
+    local keep = {}
+    for _, g in ipairs(b:groups()) do
+      local first, varied = b.episodes[g.members[1]].reward, false
+      for _, i in ipairs(g.members) do varied = varied or b.episodes[i].reward ~= first end
+      if varied and kept < c.tasks_per_step then
+        for _, i in ipairs(g.members) do keep[#keep + 1] = i end
+        kept = kept + 1
+      else
+        filtered = filtered + 1
+      end
+    end
+    if #keep > 0 then parts[#parts + 1] = b:select(keep) end
+    want = c.tasks_per_step - kept
+  until kept >= c.tasks_per_step or tries >= c.max_sampling_tries
+  local info = { tries = tries, groups_drawn = drawn, groups_dropped = filtered }
+  if #parts == 0 then return nil, info end
+  return batchlib.concat(parts), info
+end
+
+local function flatten(prefix, t, out)
+  for k, v in pairs(t) do
+    if type(v) == "number" then out[prefix .. k] = v end
+  end
+end
+
+function M.train(opts)
+  local c = check_options(opts)
+  local m = c.model
+  local ctx = { cfg = c, model = m, tokenizer = c.tokenizer }
+  ctx.dir = c.dir .. "/" .. c.name
+  local ok, err = core.fs.mkdir(ctx.dir)
+  if not ok then error("train: " .. err, 2) end
+  ctx.tty = c.progress == true or (c.progress == "auto" and core.fs.isatty(1))
+  local per_step = c.tasks_per_step * c.group_size
+  local eval_eps = c.eval and c.eval.tasks * math.max(c.eval.k, 1) or 0
+  ctx.ro = core.rollout.new { model = m, episodes = math.max(per_step, eval_eps),
+    capacity = c.capacity or m:config().ctx }
+  local start = 1
+  ctx.state = c.resume and load_state(ctx) or nil
+  if ctx.state then
+    start = ctx.state.step + 1
+    rewrite_metrics(ctx)
+  else
+    -- a fresh run replaces what an earlier run of the same name left
+    local f = io.open(ctx.dir .. "/state.json", "r")
+    if f then
+      local old = json.decode(f:read("a"))
+      f:close()
+      if type(old) == "table" and type(old.checkpoint) == "string" then
+        os.remove(ctx.dir .. "/" .. old.checkpoint)
+      end
+      os.remove(ctx.dir .. "/state.json")
+    end
+    ctx.state = { history = {}, step = 0 }
+    for _, name in ipairs { "metrics.jsonl", "episodes.jsonl", "curve.svg" } do
+      os.remove(ctx.dir .. "/" .. name)
+    end
+    if c.sft then
+      local t0 = core.clock()
+      local s = c.sft
+      local data = oracle_examples(ctx, s.examples or 256, mix(c.seed, 0xF7))
+      local r = sftlib.sft { model = m, data = data, epochs = s.epochs or 2,
+        batch_size = s.batch_size or 16, lr = s.lr or 1e-3, schedule = s.schedule or "cosine",
+        warmup = s.warmup or 0, seed = mix(c.seed, 0x5F7), weight_decay = s.weight_decay or 0 }
+      ctx.state.sft = { examples = #data, steps = r.steps, final_loss = r.final_loss,
+        seconds = core.clock() - t0 }
+      m:reset_optimizer()
+    end
+    if c.kl_coef ~= 0 or c.kl_reward_coef ~= 0 or c.reference then
+      ok, err = m:save(ctx.dir .. "/reference")
+      if not ok then error("train: reference: " .. err, 0) end
+    end
+    local first = { step = 0 }
+    if c.eval then
+      for k, v in pairs(evaluate(ctx)) do first["eval/" .. k] = v end
+    end
+    ctx.state.before = first
+    ctx.state.history[1] = first
+    append(ctx.dir .. "/metrics.jsonl", json.encode(first) .. "\n")
+    save_state(ctx, 0)
+  end
+  if c.kl_coef ~= 0 or c.kl_reward_coef ~= 0 or c.reference then
+    ctx.ref = assert(core.model.load(ctx.dir .. "/reference"))
+  end
+  local t_start = core.clock()
+  for step = start, c.steps do
+    local t0 = core.clock()
+    local batch, info = sample_batch(ctx, step)
+    local t_roll = core.clock() - t0
+    local mt = { step = step, ["time/rollout"] = t_roll, ["sampling/tries"] = info.tries,
+      ["sampling/groups_dropped"] = info.groups_dropped }
+    if batch then
+      local terms = shape_rewards(ctx, batch)
+      for k, v in pairs(terms) do mt["reward/" .. k] = v end
+      if c.kl_reward_coef ~= 0 then
+        -- KL in the reward: each episode's score loses beta * its summed per-token KL
+        local ref = score(ctx.ref, batch, c.minibatch)
+        local kl = core.objective.kl { logp = batch.logprobs, ref_logp = ref, mask = batch.mask,
+          kind = c.kl }
+        local total = 0
+        for i, ep in ipairs(batch.episodes) do
+          local s = 0
+          for p = batch.offsets[i] + 1, batch.offsets[i + 1] do s = s + kl:get(p) end
+          ep.kl_penalty = c.kl_reward_coef * s
+          total = total + ep.kl_penalty
+        end
+        mt["reward/kl_penalty"] = -total / batch:size()
+      end
+      local st = batch:stats()
+      mt["reward/mean"], mt["reward/std"], mt.success = st.reward_mean, st.reward_std, st.success
+      mt.episodes, mt.turns_mean, mt.length_mean = st.episodes, st.turns_mean, st.length_mean
+      mt.sampled_tokens, mt.zero_variance_groups = st.sampled_tokens, st.zero_variance_groups
+      for k, v in pairs(st.ends) do mt["end/" .. k] = v end
+      mt.errors = st.errors
+      local t1 = core.clock()
+      local adv, per_ep = advantages(ctx, batch)
+      local amax = 0
+      for _, v in ipairs(per_ep) do amax = math.max(amax, math.abs(v)) end
+      mt["adv/abs_max"] = amax
+      if amax > 0 then
+        local loss = update(ctx, batch, adv, step)
+        flatten("loss/", loss, mt)
+      else
+        mt["loss/updates"] = 0 -- every group had one reward: nothing to learn from
+      end
+      mt["time/update"] = core.clock() - t1
+      mt.tokens_per_s = st.tokens / math.max(core.clock() - t0, 1e-9)
+      local f = assert(io.open(ctx.dir .. "/episodes.jsonl", "a"))
+      for j = 1, math.min(c.log_episodes, batch:size()) do
+        local i = (j - 1) * c.group_size + 1
+        if i > batch:size() then break end
+        local rec = batch:episode_record(i, { tokens = false })
+        rec.step = step
+        f:write(json.encode(rec), "\n")
+      end
+      f:close()
+    else
+      mt.skipped = 1 -- dynamic sampling found no group with different rewards: no update
+    end
+    if c.eval and (step % c.eval.every == 0 or step == c.steps) then
+      local t2 = core.clock()
+      for k, v in pairs(evaluate(ctx)) do mt["eval/" .. k] = v end
+      mt["time/eval"] = core.clock() - t2
+    end
+    mt["time/step"] = core.clock() - t0
+    ctx.state.history[#ctx.state.history + 1] = mt
+    append(ctx.dir .. "/metrics.jsonl", json.encode(mt) .. "\n")
+    if c.on_step then c.on_step(step, mt) end
+    if c.progress then progress_line(ctx, step, mt, core.clock() - t_start) end
+    local every = c.checkpoint_every or (c.eval and c.eval.every) or 10
+    if step % every == 0 or step == c.steps or step == c.stop_after then save_state(ctx, step) end
+    if c.plot ~= false then write_plot(ctx) end
+    if step == c.stop_after then break end
+  end
+  if c.plot ~= false then write_plot(ctx) end
+  local last
+  for i = #ctx.state.history, 1, -1 do
+    if ctx.state.history[i]["eval/greedy_success"] then last = ctx.state.history[i] break end
+  end
+  ctx.ro:free()
+  return { before = ctx.state.before, after = last, history = ctx.state.history, dir = ctx.dir,
+    sft = ctx.state.sft }
+end
+
+M.oracle_examples = oracle_examples
+M.evaluate = evaluate
+return M

@@ -1,0 +1,263 @@
+-- objective_spec.lua - the trainer's advantages and losses over ragged batches (`rl.objective`):
+-- values against direct Lua references, per-token gradients against finite differences, the
+-- model's parameter gradients through m:backward_batch against finite differences, and errors.
+local H = dofile((debug.getinfo(1, "S").source:match("^@(.*/)") or "./") .. "helpers.lua")
+local rl = require "moonrl"
+local T = rl.tensor
+
+-- A flat batch of three episodes (lengths 6, 4, 7) with sampled tokens scattered among prompt
+-- and observation tokens.
+local offsets = { 0, 6, 10, 17 }
+local mask_v = { 0, 0, 1, 1, 0, 1,   0, 1, 1, 0,   0, 1, 0, 1, 1, 1, 0 }
+local function flat(values) return T.from(values) end
+
+local rng = rl.rng(42)
+local logp_v, old_v, adv_v, ref_v, ent_v = {}, {}, {}, {}, {}
+local episode_adv = { 1.3, -0.7, 0.4 }
+for i = 1, #mask_v do
+  local e = i <= 6 and 1 or i <= 10 and 2 or 3
+  logp_v[i] = -0.2 - 2 * rng:random()
+  old_v[i] = logp_v[i] + 0.3 * (rng:random() - 0.5) -- ratios within about [0.86, 1.16]
+  ref_v[i] = logp_v[i] + 0.5 * (rng:random() - 0.5)
+  ent_v[i] = 0.5 + rng:random()
+  adv_v[i] = mask_v[i] * episode_adv[e]
+end
+
+local function args(extra)
+  local a = { logp = flat(logp_v), old_logp = flat(old_v), adv = flat(adv_v), mask = flat(mask_v),
+    offsets = offsets, episodes = { 1, 2, 3 } }
+  for k, v in pairs(extra or {}) do a[k] = v end
+  return a
+end
+
+-- PPO clip loss per token, the direct way.
+local function ppo_token(logp, old, a, lo, hi)
+  local r = math.exp(logp - old)
+  local c = math.min(math.max(r, 1 - lo), 1 + hi)
+  return math.max(-a * r, -a * c)
+end
+
+describe("rl.objective.loss", function()
+  it("equals the token-mean PPO loss computed directly", function()
+    local stats = rl.objective.loss(args { clip_low = 0.05, clip_high = 0.08 })
+    local sum, n = 0, 0
+    for i, m in ipairs(mask_v) do
+      if m == 1 then
+        sum = sum + ppo_token(logp_v[i], old_v[i], adv_v[i], 0.05, 0.08)
+        n = n + 1
+      end
+    end
+    assert.are.equal(n, stats.tokens)
+    assert.is_near(sum / n, stats.pg_loss, 1e-6)
+    assert.is_true(stats.clipfrac > 0) -- the tight clip range clips some tokens
+  end)
+
+  it("averages each episode first under seq-mean-token-mean", function()
+    local stats = rl.objective.loss(args { agg = "seq-mean-token-mean", clip_low = 10, clip_high = 10 })
+    local total = 0
+    for e = 1, 3 do
+      local s, n = 0, 0
+      for i = offsets[e] + 1, offsets[e + 1] do
+        if mask_v[i] == 1 then
+          s = s + ppo_token(logp_v[i], old_v[i], adv_v[i], 10, 10)
+          n = n + 1
+        end
+      end
+      total = total + s / n
+    end
+    assert.is_near(total / 3, stats.pg_loss, 1e-6)
+  end)
+
+  it("only looks at the listed episodes", function()
+    local stats, dlogp = rl.objective.loss(args { episodes = { 2 } })
+    local s, n = 0, 0
+    for i = 7, 10 do
+      if mask_v[i] == 1 then
+        s = s + ppo_token(logp_v[i], old_v[i], adv_v[i], 0.2, 0.2)
+        n = n + 1
+      end
+    end
+    assert.is_near(s / n, stats.pg_loss, 1e-6)
+    for i = 1, #mask_v do
+      if i < 7 or i > 10 then assert.are.equal(0, dlogp:get(i)) end
+    end
+  end)
+
+  -- d loss / d logp (and d entropy) by central differences, for several loss kinds, with KL to
+  -- a reference and an entropy bonus in the same loss.
+  for _, kind in ipairs { "ppo", "gspo", "cispo", "sapo", "gpg" } do
+    it("gives per-token gradients equal to finite differences: " .. kind, function()
+      local opts = { kind = kind, ref_logp = flat(ref_v), kl = "k3", kl_coef = 0.1,
+        entropy = flat(ent_v), entropy_coef = 0.01 }
+      if kind == "ppo" then opts.clip_low, opts.clip_high = 0.3, 0.3 end
+      local _, dlogp, dent = rl.objective.loss(args(opts))
+      local h = 1e-3
+      for i, m in ipairs(mask_v) do
+        local function loss_at(delta, field)
+          local v = {}
+          local src = field == "entropy" and ent_v or logp_v
+          for j = 1, #src do v[j] = src[j] end
+          v[i] = v[i] + delta
+          local o = args(opts)
+          o[field == "entropy" and "entropy" or "logp"] = flat(v)
+          if kind == "cispo" or kind == "gspo" then
+            -- stop-gradient losses: move old_logp along so only the differentiated path changes
+            if field ~= "entropy" and kind == "cispo" then
+              local ov = {}
+              for j = 1, #old_v do ov[j] = old_v[j] end
+              ov[i] = ov[i] + delta
+              o.old_logp = flat(ov)
+            end
+          end
+          return rl.objective.loss(o).loss
+        end
+        if m == 1 and kind ~= "gspo" then
+          local fd = (loss_at(h) - loss_at(-h)) / (2 * h)
+          assert.is_near(fd, dlogp:get(i), 2e-3 + 1e-2 * math.abs(fd))
+        elseif m == 0 then
+          assert.are.equal(0, dlogp:get(i))
+        end
+        if m == 1 then
+          local fd = (loss_at(h, "entropy") - loss_at(-h, "entropy")) / (2 * h)
+          assert.is_near(fd, dent:get(i), 1e-4)
+        end
+      end
+    end)
+  end
+
+  it("reports the KL to the reference even when it is not trained on", function()
+    local stats = rl.objective.loss(args { ref_logp = flat(ref_v), kl = "k1" })
+    local s, n = 0, 0
+    for i, m in ipairs(mask_v) do
+      if m == 1 then s, n = s + (logp_v[i] - ref_v[i]), n + 1 end
+    end
+    assert.is_near(s / n, stats.kl, 1e-6)
+    assert.are.equal(0, stats.kl_loss)
+  end)
+
+  it("names bad arguments", function()
+    local function err(extra)
+      local ok, msg = pcall(rl.objective.loss, args(extra))
+      assert.is_false(ok)
+      return msg
+    end
+    assert.matches("kind: unknown policy loss", err { kind = "nope" })
+    assert.matches("agg: unknown value", err { agg = "sum" })
+    assert.matches("ref_logp: needed", err { kl_coef = 0.1 })
+    assert.matches("entropy: needed", err { entropy_coef = 0.1 })
+    assert.matches("episodes%[1%]", err { episodes = { 9 } })
+    assert.matches("logp: a contiguous 1%-D tensor", err { logp = T.zeros(3) })
+    assert.matches("mask: 0 or 1", err { mask = flat((function()
+      local v = {}
+      for i = 1, #mask_v do v[i] = mask_v[i] * 0.5 end
+      return v
+    end)()) })
+  end)
+end)
+
+describe("rl.objective advantages", function()
+  it("GRPO normalises each group by its mean and unbiased std", function()
+    local scores = { 1, 0, 0, 1, 1, 5, 3 }
+    local groups = { "a", "a", "a", "a", "b", "b", "b" }
+    local adv = rl.objective.advantage { method = "grpo", scores = scores, groups = groups }
+    local function check(idx)
+      local mean, n = 0, #idx
+      for _, i in ipairs(idx) do mean = mean + scores[i] / n end
+      local var = 0
+      for _, i in ipairs(idx) do var = var + (scores[i] - mean) ^ 2 / (n - 1) end
+      for _, i in ipairs(idx) do
+        assert.is_near((scores[i] - mean) / (math.sqrt(var) + 1e-6), adv[i], 1e-5)
+      end
+    end
+    check { 1, 2, 3, 4 }
+    check { 5, 6, 7 }
+    local dr = rl.objective.advantage { method = "drgrpo", scores = scores, groups = groups }
+    assert.is_near(1 - 0.5, dr[1], 1e-6)
+  end)
+
+  it("RLOO uses the mean of the other members", function()
+    local adv = rl.objective.advantage { method = "rloo", scores = { 1, 2, 6 }, groups = { 1, 1, 1 } }
+    assert.is_near(1 - 4, adv[1], 1e-6)
+    assert.is_near(6 - 1.5, adv[3], 1e-6)
+  end)
+
+  it("GiGPO adds the step return normalised among turns from the same state", function()
+    local returns = rl.objective.step_returns { rewards = { 0, 1, 0, 0, 1 }, traj = { 1, 1, 2, 2, 2 },
+      gamma = 0.5 }
+    assert.is_near(0.5, returns[1], 1e-12)
+    assert.is_near(1, returns[2], 1e-12)
+    assert.is_near(0.25, returns[3], 1e-12)
+    local a, ea, sa = rl.objective.gigpo { scores = { 1, 1, 1, 1, 1 }, step_rewards = returns,
+      groups = { 1, 1, 1, 1, 1 }, anchors = { "s0", "x", "s0", "y", "z" } }
+    -- every episode score is equal: the episode term is 0; turns 1 and 3 share the state s0
+    for i = 1, 5 do assert.is_near(0, ea[i], 1e-6) end
+    assert.is_near(0.5 - 0.375, sa[1], 1e-6)
+    assert.is_near(0.25 - 0.375, sa[3], 1e-6)
+    assert.is_near(0, sa[2], 1e-6) -- a state seen once has no comparison
+    assert.is_near(sa[1], a[1], 1e-6)
+  end)
+
+  it("DAPO overlong shaping penalises only the last buffer tokens", function()
+    local pen = rl.objective.overlong { lengths = { 10, 16, 18, 20, 30 }, max_len = 20, buffer = 4 }
+    assert.are.same({ 0, 0, -0.5, -1, -1 }, pen)
+  end)
+
+  it("names bad arguments", function()
+    assert.has_error(function() rl.objective.advantage { method = "nope", scores = { 1 }, groups = { 1 } } end)
+    local ok, msg = pcall(rl.objective.advantage, { scores = { 1, 2 }, groups = { 1 } })
+    assert.is_false(ok)
+    assert.matches("groups: 2 ids expected", msg)
+    ok, msg = pcall(rl.objective.advantage, { scores = { 1, 0 / 0 }, groups = { 1, 1 } })
+    assert.is_false(ok)
+    assert.matches("scores%[2%]: a finite number", msg)
+    ok, msg = pcall(rl.objective.gigpo, { scores = { 1 }, step_rewards = { 1 }, groups = { 1 },
+      anchors = { {} } })
+    assert.is_false(ok)
+    assert.matches("anchors%[1%]", msg)
+  end)
+end)
+
+describe("the policy gradient through the model", function()
+  it("m:backward_batch of rl.objective.loss equals finite differences of the parameters", function()
+    local m = rl.model.new { vocab = 264, dim = 16, layers = 1, heads = 2, ffn = 32, ctx = 32, seed = 5 }
+    local tokens = {}
+    local r = rl.rng(9)
+    for i = 1, #mask_v do tokens[i] = r:random(0, 255) end
+    local batch = { tokens = flat(tokens), mask = flat(mask_v), offsets = offsets, episodes = { 1, 2, 3 } }
+    local old = m:forward_batch(batch) -- old = current: ratio 1, no clipping nearby
+    old = old:clone()
+    local function loss()
+      local lp = m:forward_batch(batch)
+      local s = rl.objective.loss { logp = lp, old_logp = old, adv = flat(adv_v), mask = batch.mask,
+        offsets = offsets, episodes = batch.episodes, clip_low = 0.5, clip_high = 0.5 }
+      return s.loss
+    end
+    local lp = m:forward_batch(batch)
+    local _, dlogp = rl.objective.loss { logp = lp, old_logp = old, adv = flat(adv_v),
+      mask = batch.mask, offsets = offsets, episodes = batch.episodes, clip_low = 0.5, clip_high = 0.5 }
+    m:backward_batch { tokens = batch.tokens, mask = batch.mask, offsets = offsets,
+      episodes = batch.episodes, dlogprobs = dlogp }
+    local params, grads = m:parameters(), m:parameters(true)
+    local checked = 0
+    for _, name in ipairs { "model.layers.0.mlp.down_proj.weight", "model.embed_tokens.weight",
+      "model.layers.0.self_attn.q_proj.weight" } do
+      local w, g = params[name], grads[name]
+      -- the entry with the largest gradient
+      local flat_w, flat_g = w:reshape(w:numel()), g:reshape(g:numel())
+      local best, bi = -1, 1
+      for i = 1, flat_g:numel() do
+        if math.abs(flat_g:get(i)) > best then best, bi = math.abs(flat_g:get(i)), i end
+      end
+      local w0, h = flat_w:get(bi), 1e-2
+      flat_w:set(bi, w0 + h)
+      local up = loss()
+      flat_w:set(bi, w0 - h)
+      local down = loss()
+      flat_w:set(bi, w0)
+      local fd = (up - down) / (2 * h)
+      assert.is_near(fd, flat_g:get(bi), 2e-2 * math.abs(fd) + 1e-5)
+      checked = checked + 1
+    end
+    assert.are.equal(3, checked)
+  end)
+end)

@@ -1,0 +1,231 @@
+-- rollout_spec.lua - multi-turn rollouts from Lua (`rl.rollout`) and trajectory batches
+-- (`rl.batch`): the loss mask covers exactly the policy's tokens, the behaviour log-probabilities
+-- equal a fresh forward pass, seeds reproduce batches, environment failures end only their
+-- episode, and batches survive select, concat and a JSONL round trip.
+local H = dofile((debug.getinfo(1, "S").source:match("^@(.*/)") or "./") .. "helpers.lua")
+local rl = require "moonrl"
+
+local USER, ASSISTANT, END = 260, 261, 263
+local guess = dofile(H.root .. "/envs/guess_letter.lua")
+
+local function tiny(seed)
+  return rl.model.new { vocab = 264, dim = 32, layers = 2, heads = 2, ffn = 64, ctx = 128,
+    seed = seed or 1 }
+end
+
+local tok = rl.tokenizer.bytes()
+
+local function run(ro, env, tasks, seeds, extra)
+  local opts = { tokenizer = tok, env = env, tasks = tasks, seeds = seeds, max_turns = 4,
+    max_turn_tokens = 3, temperature = 1 }
+  for k, v in pairs(extra or {}) do opts[k] = v end
+  return ro:run(opts)
+end
+
+local function seq(n, f)
+  local t = {}
+  for i = 1, n do t[i] = f(i) end
+  return t
+end
+
+describe("rl.rollout with a Lua environment", function()
+  local m = tiny()
+  local ro = rl.rollout.new { model = m, episodes = 64, capacity = 128 }
+  local tasks = guess.tasks("train", 12, 7)
+  local results = run(ro, guess, tasks, seq(12, function(i) return 100 + i end))
+  local batch = rl.batch.from_rollout(ro, results, seq(12, function(i) return i end))
+
+  it("records one entry per environment step and ends every episode with a reason", function()
+    for i, ep in ipairs(batch.episodes) do
+      assert.is_true(ep["end"] == "done" or ep["end"] == "max_turns", ep["end"])
+      assert.are.equal(ep.turns, #ep.record, "episode " .. i)
+      assert.are.equal(ep.turns, #ep.rewards)
+      assert.is_truthy(ep.record[1].state) -- guess_letter has state_key
+      if ep["end"] == "max_turns" then assert.are.equal(4, ep.turns) end
+    end
+  end)
+
+  it("masks exactly the sampled action tokens of every turn", function()
+    for i, ep in ipairs(batch.episodes) do
+      local a, b = batch:range(i)
+      -- mask-1 tokens, split into turns, decode to each turn's action plus its stop token
+      local turns, prev_masked = {}, false
+      for p = a, b do
+        local masked = batch.mask:get(p) == 1
+        if masked then
+          if not prev_masked then turns[#turns + 1] = {} end
+          local cur = turns[#turns]
+          cur[#cur + 1] = math.floor(batch.tokens:get(p))
+          -- an action token directly follows <|assistant|> or another action token
+          local before = math.floor(batch.tokens:get(p - 1))
+          assert.is_true(prev_masked or before == ASSISTANT)
+        else
+          assert.are.equal(0, batch.logprobs:get(p))
+        end
+        prev_masked = masked
+      end
+      assert.are.equal(ep.turns, #turns, "episode " .. i)
+      for k, ids in ipairs(turns) do
+        local text = ids[#ids] == END and tok:decode({ table.unpack(ids, 1, #ids - 1) })
+          or tok:decode(ids)
+        assert.are.equal(ep.record[k].action, text)
+        assert.is_true(ids[#ids] == END or #ids == 3) -- stopped, or the turn's token budget
+      end
+      -- the prompt starts with the user's first observation
+      assert.are.equal(USER, math.floor(batch.tokens:get(a)))
+    end
+  end)
+
+  it("records behaviour log-probabilities equal to a fresh forward pass (1e-4)", function()
+    local lp = m:forward_batch { tokens = batch.tokens, mask = batch.mask, offsets = batch.offsets,
+      episodes = seq(batch:size(), function(i) return i end) }
+    local worst, count = 0, 0
+    for p = 1, batch.mask:numel() do
+      if batch.mask:get(p) == 1 then
+        worst = math.max(worst, math.abs(lp:get(p) - batch.logprobs:get(p)))
+        count = count + 1
+      end
+    end
+    assert.is_true(count > 12)
+    assert.is_true(worst < 1e-4, "max difference " .. worst)
+  end)
+
+  it("reproduces the batch from the same seeds and differs with others", function()
+    local again = rl.batch.from_rollout(ro, run(ro, guess, tasks, seq(12, function(i) return 100 + i end)),
+      seq(12, function(i) return i end))
+    assert.are.same(batch.offsets, again.offsets)
+    assert.are.equal(0, batch.tokens:max_abs_diff(again.tokens))
+    assert.are.equal(0, batch.logprobs:max_abs_diff(again.logprobs))
+    for i, ep in ipairs(batch.episodes) do assert.are.equal(ep.reward, again.episodes[i].reward) end
+    local other = rl.batch.from_rollout(ro, run(ro, guess, tasks, seq(12, function(i) return 900 + i end)),
+      seq(12, function(i) return i end))
+    local differs = #other.offsets ~= #batch.offsets or other.offsets[13] ~= batch.offsets[13]
+      or other.tokens:max_abs_diff(batch.tokens) > 0
+    assert.is_true(differs)
+  end)
+
+  it("decodes greedily at temperature 0: every episode of one task acts alike", function()
+    local same = seq(6, function() return tasks[1] end)
+    local res = run(ro, guess, same, seq(6, function(i) return i end), { temperature = 0 })
+    for i = 2, 6 do
+      assert.are.equal(#res[1].record, #res[i].record)
+      for k, r in ipairs(res[1].record) do assert.are.equal(r.action, res[i].record[k].action) end
+    end
+  end)
+
+  it("stats count episodes, success, ends and zero-variance groups", function()
+    local s = batch:stats()
+    assert.are.equal(12, s.episodes)
+    assert.are.equal(12, s.groups)
+    local succ, ends = 0, 0
+    for _, ep in ipairs(batch.episodes) do succ = succ + (ep.success and 1 or 0) end
+    for _, n in pairs(s.ends) do ends = ends + n end
+    assert.are.equal(12, ends)
+    assert.is_near(succ / 12, s.success, 1e-12)
+    assert.are.equal(0, s.zero_variance_groups) -- groups of one are never "zero variance"
+    assert.is_near(batch.mask:sum(), s.sampled_tokens, 1e-9)
+  end)
+
+  it("select, concat and a JSONL round trip keep every episode's tokens and record", function()
+    local sub = batch:select { 3, 1 }
+    assert.are.equal(2, sub:size())
+    local a3, b3 = batch:range(3)
+    assert.are.equal(b3 - a3 + 1, sub.offsets[2])
+    for p = a3, b3 do assert.are.equal(batch.tokens:get(p), sub.tokens:get(p - a3 + 1)) end
+    local both = rl.batch.concat { sub, batch }
+    assert.are.equal(14, both:size())
+    assert.are.equal(batch.episodes[1], both.episodes[2])
+    local path = os.tmpname()
+    assert.is_true(batch:to_jsonl(path))
+    local back = assert(rl.batch.load(path))
+    os.remove(path)
+    assert.are.same(batch.offsets, back.offsets)
+    assert.are.equal(0, back.tokens:max_abs_diff(batch.tokens))
+    assert.are.equal(0, back.mask:max_abs_diff(batch.mask))
+    assert.is_true(back.logprobs:max_abs_diff(batch.logprobs) == 0)
+    for i, ep in ipairs(batch.episodes) do
+      local e2 = back.episodes[i]
+      assert.are.equal(ep.reward, e2.reward)
+      assert.are.equal(ep["end"], e2["end"])
+      assert.are.equal(ep.record[1].action, e2.record[1].action)
+      assert.are.same(ep.task, e2.task)
+    end
+  end)
+
+  it("load reports a missing file, a bad line and a file without tokens", function()
+    local none, err = rl.batch.load("/nonexistent/x.jsonl")
+    assert.is_nil(none)
+    assert.matches("nonexistent", err)
+    local path = H.write_temp('{"a": 1}\n')
+    none, err = rl.batch.load(path)
+    assert.is_nil(none)
+    assert.matches(":1: the episode has no token arrays", err)
+    local f = assert(io.open(path, "w"))
+    f:write("{not json\n")
+    f:close()
+    none, err = rl.batch.load(path)
+    os.remove(path)
+    assert.is_nil(none)
+    assert.matches(":1:", err)
+  end)
+end)
+
+-- An environment whose failures are chosen by the task.
+local faulty = {
+  name = "faulty",
+  tasks = function(_, n) return seq(n, function(i) return { kind = "ok", i = i } end) end,
+  new = function()
+    return {
+      reset = function(self, task)
+        self.task = task
+        if task.kind == "reset_error" then error("reset exploded") end
+        return "go"
+      end,
+      step = function(self, action, parsed)
+        if self.task.kind == "step_error" then error("step exploded") end
+        if self.task.kind == "bad_reward" then return "x", "ten", false end
+        if self.task.kind == "record" then self.task.parsed = parsed end
+        return "again", 0.5, false
+      end,
+    }
+  end,
+}
+
+describe("rl.rollout contains environment failures", function()
+  local m = tiny(3)
+  local ro = rl.rollout.new { model = m, episodes = 8, capacity = 96 }
+
+  it("ends only the failing episodes, with their messages; the rest run to the end", function()
+    local tasks = { { kind = "ok" }, { kind = "reset_error" }, { kind = "step_error" },
+      { kind = "bad_reward" }, { kind = "ok" } }
+    local res = run(ro, faulty, tasks, seq(5, function(i) return i end), { max_turns = 3 })
+    assert.are.equal("max_turns", res[1]["end"])
+    assert.are.equal(3, res[1].turns)
+    assert.are.equal(1.5, res[1].return_)
+    for _, i in ipairs { 2, 3, 4 } do
+      assert.are.equal("env_error", res[i]["end"])
+    end
+    assert.matches("reset exploded", res[2].error)
+    assert.matches("step exploded", res[3].error)
+    assert.matches("reward that is not a number", res[4].error)
+    assert.are.equal("max_turns", res[5]["end"])
+  end)
+
+  it("hands a malformed call to the environment as a parse error, never raising", function()
+    local task = { kind = "record" }
+    local res = run(ro, faulty, { task }, { 1 }, { max_turns = 1 })
+    assert.are.equal("max_turns", res[1]["end"])
+    assert.is_table(task.parsed)
+    assert.is_string(task.parsed.kind)
+  end)
+
+  it("raises for misuse: arguments are named", function()
+    assert.has_error(function() ro:run { tokenizer = tok, env = faulty, tasks = {}, seeds = {} } end)
+    local ok, err = pcall(ro.run, ro, { tokenizer = tok, env = faulty, tasks = { {} }, seeds = { 1, 2 } })
+    assert.is_false(ok)
+    assert.matches("seeds", err)
+    ok, err = pcall(ro.run, ro, { tokenizer = tok, env = {}, tasks = { {} }, seeds = { 1 } })
+    assert.is_false(ok)
+    assert.matches("new", err)
+  end)
+end)
