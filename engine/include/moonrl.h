@@ -629,7 +629,8 @@ enum {
   MRL_END_DONE = 1,      /* the environment said done */
   MRL_END_MAX_TURNS = 2, /* reached max_turns */
   MRL_END_BUDGET = 3,    /* out of token capacity */
-  MRL_END_ENV_ERROR = 4  /* reset or step failed; mrl_rollout_error has the message */
+  MRL_END_ENV_ERROR = 4, /* reset or step failed; mrl_rollout_error has the message */
+  MRL_END_PAUSED = 5     /* stopped at cfg->pause_turn with its observation in; resumable */
 };
 
 typedef struct mrl_rollout_config {
@@ -639,13 +640,22 @@ typedef struct mrl_rollout_config {
   const char *system;     /* optional system message (NULL: none) */
   mrl_chat_template chat; /* how messages become tokens (MRL_CHAT_AUTO picks by tokenizer) */
   const char *observation_role; /* role of observations after the first: NULL means "user" */
+  /* Tree rollouts. pause_turn > 0: an episode that goes on after that many turns stops there
+   * (MRL_END_PAUSED) with the observation appended, so the caller can mrl_rollout_fork it (and
+   * copy its environment) into other episodes. resume != 0: the n episodes are not reset but
+   * continued: paused ones run on with the environments given, ended ones stay as they are. */
+  int pause_turn;
+  int resume;
 } mrl_rollout_config;
 
 /* Runs n episodes (episode e with envs[e] and seeds[e], n <= the rollout's episodes) to the end,
  * all at once: reset, then turns of batched decoding; after each action the environment's
  * observation is appended (rendered with the chat template, loss mask 0) and the episode goes
  * on, until done, max_turns, capacity, or an environment error, which ends only that episode.
- * The action given to step is the turn's text without its end-of-turn token. */
+ * The action given to step is the turn's text without its end-of-turn token. With
+ * cfg->pause_turn / cfg->resume it runs the trunk of a tree, then (after forks) its branches:
+ *   cfg.pause_turn = t; run(n roots);  fork root i into episodes n..;  copy the environments;
+ *   cfg.pause_turn = 0; cfg.resume = 1; run(all, seeds ignored). */
 MRL_API mrl_status mrl_rollout_run(mrl_rollout *r, mrl_tokenizer *tok, int n,
                                    mrl_env *const *envs, const uint64_t *seeds,
                                    const mrl_rollout_config *cfg);

@@ -118,7 +118,9 @@ static const struct {
                        {"rloo", MRL_ADV_RLOO, 1},
                        {"opo", MRL_ADV_OPO, 1},
                        {"gpg", MRL_ADV_GPG, 1},
-                       {"reinforce_plus_plus_baseline", MRL_ADV_REINFORCE_PP_BASELINE, 1}};
+                       {"reinforce_plus_plus_baseline", MRL_ADV_REINFORCE_PP_BASELINE, 1},
+                       /* not an mrl_outcome_kind: mrl_reinforce_pp over the rows (below) */
+                       {"reinforce_plus_plus", MRL_ADV_GRPO, 1}};
 
 /* rl.objective.advantage{method =, scores = {...}, groups = {...} [, counts = {...}, epsilon =,
  * norm_by_std =, f_norm =]} -> {a1, a2, ...}: the outcome estimator's advantage of each row (an
@@ -133,7 +135,8 @@ static int l_advantage(lua_State *L) {
   if (k == n_methods)
     return luaL_argerror(L, 1, lua_pushfstring(L, "method: unknown outcome estimator '%s' (grpo, "
                                                "drgrpo, grpo_passk, rloo, opo, gpg, "
-                                               "reinforce_plus_plus_baseline)", method));
+                                               "reinforce_plus_plus_baseline, "
+                                               "reinforce_plus_plus)", method));
   int64_t rows = -1;
   double *scores = num_list(L, 1, "scores", &rows, true);
   int64_t *groups = id_list(L, 1, "groups", rows);
@@ -159,8 +162,27 @@ static int l_advantage(lua_State *L) {
     rewards[i * cols] = (float)scores[i];
     for (int64_t t = 0; t < c; t++) mask[i * cols + t] = 1.0f;
   }
-  mrl_status st = mrl_outcome_advantage(mrl__lua_engine(L), outcome_methods[k].kind, &o, rewards,
-                                        mask, groups, rows, cols, adv);
+  mrl_status st;
+  if (strcmp(method, "reinforce_plus_plus") == 0) {
+    /* the score on the row's last sampled token; gamma 1: every sampled token's return is the
+     * score, whitened over all sampled tokens of the batch (groups play no part) */
+    float *returns = scratch(L, rows * cols, sizeof(float));
+    for (int64_t i = 0; i < rows; i++) {
+      int64_t c = counts ? (int64_t)counts[i] : 1;
+      rewards[i * cols] = 0.0f;
+      if (c > 0) rewards[i * cols + c - 1] = (float)scores[i];
+    }
+    st = mrl_reinforce_pp(mrl__lua_engine(L), rewards, mask, rows, cols, 1.0, adv, returns);
+    if (st) return raise(L, st);
+    for (int64_t i = 0; i < rows; i++) {
+      int64_t c = counts ? (int64_t)counts[i] : 1;
+      out[i] = c > 0 ? adv[i * cols] : 0.0;
+    }
+    push_list(L, out, rows);
+    return 1;
+  }
+  st = mrl_outcome_advantage(mrl__lua_engine(L), outcome_methods[k].kind, &o, rewards, mask,
+                             groups, rows, cols, adv);
   if (st) return raise(L, st);
   /* a row without sampled tokens has adv 0 everywhere; the estimator's value is what it would get */
   for (int64_t i = 0; i < rows; i++) out[i] = adv[i * cols];

@@ -2,7 +2,7 @@
  * for the C episode driver, and the episodes' records handed back as tensors (one copy out of the
  * rollout, then views). Environment errors end only their episode; the message is kept. */
 #include "lua_internal.h"
-#include "model.h"
+#include "rollout.h"
 
 #include <string.h>
 
@@ -167,13 +167,110 @@ static void release_envs(lua_State *L, lua_env *envs, int n) {
   }
 }
 
+/* Sets summary.branch = {root =, index =} on the table at the top of the stack. */
+static void set_branch(lua_State *L, int root, int index) {
+  lua_createtable(L, 0, 2);
+  lua_pushinteger(L, root);
+  lua_setfield(L, -2, "root");
+  lua_pushinteger(L, index);
+  lua_setfield(L, -2, "index");
+  lua_setfield(L, -2, "branch");
+}
+
+/* The seed of fork j of a root seeded s: splitmix64 of s and j. */
+static uint64_t fork_seed(uint64_t s, int j) {
+  uint64_t z = s + 0x9E3779B97F4A7C15ull * (uint64_t)(j + 1);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
+/* Forks root episode `root` into episode `dst` (fork index j >= 1): the rollout's record and
+ * cache, the environment by instance:clone() when the root is paused (an ended root's instance
+ * is shared: it is never stepped again), a copy of the root's record list, and the summary.
+ * A clone that raises ends only the fork (env_error). Returns a message for misuse (no clone
+ * method), else NULL. */
+static const char *fork_episode(lua_State *L, lrollout *ro, lua_env *envs, int results, int root,
+                                int dst, int j) {
+  lua_env *src = &envs[root], *env = &envs[dst];
+  lua_rawgeti(L, results, root + 1);
+  int summary = lua_gettop(L);
+  lua_getfield(L, summary, "seed");
+  uint64_t seed = fork_seed((uint64_t)lua_tointeger(L, -1), j);
+  lua_pop(L, 1);
+  mrl_status st = mrl_rollout_fork(ro->r, root, dst, seed);
+  if (st) {
+    lua_pop(L, 1);
+    return mrl_engine_last_error(ro->model->engine);
+  }
+  bool paused = mrl_rollout_end(ro->r, root) == MRL_END_PAUSED;
+  lua_rawgeti(L, LUA_REGISTRYINDEX, src->instance);
+  if (paused) {
+    if (lua_getfield(L, -1, "clone") != LUA_TFUNCTION) {
+      lua_pop(L, 3);
+      return "branch: the environment instance has no clone() method";
+    }
+    lua_insert(L, -2); /* clone, instance */
+    lua_pushcfunction(L, mrl__lua_traceback);
+    lua_insert(L, -3);
+    int rc = lua_pcall(L, 1, 1, -3);
+    lua_remove(L, -2);
+    if (rc != LUA_OK || !lua_istable(L, -1)) {
+      mrl_episode *p = &ro->r->ep[dst];
+      p->end = MRL_END_ENV_ERROR;
+      snprintf(p->error, sizeof p->error, "clone: %s",
+               rc != LUA_OK && lua_isstring(L, -1) ? lua_tostring(L, -1) : "it did not return a table");
+      lua_pop(L, 1);
+      lua_rawgeti(L, LUA_REGISTRYINDEX, src->instance);
+    }
+  }
+  env->instance = luaL_ref(L, LUA_REGISTRYINDEX);
+  int refs[] = {src->module, src->task, src->rng, src->step_fn};
+  int *dsts[] = {&env->module, &env->task, &env->rng, &env->step_fn};
+  for (int r = 0; r < 4; r++) {
+    lua_rawgeti(L, LUA_REGISTRYINDEX, refs[r]);
+    *dsts[r] = luaL_ref(L, LUA_REGISTRYINDEX);
+  }
+  /* the record so far, a new list of the same entries */
+  lua_rawgeti(L, LUA_REGISTRYINDEX, src->record);
+  int old = lua_gettop(L);
+  lua_Integer len = luaL_len(L, old);
+  lua_createtable(L, (int)len, 0);
+  for (lua_Integer t = 1; t <= len; t++) {
+    lua_rawgeti(L, old, t);
+    lua_rawseti(L, -2, t);
+  }
+  lua_remove(L, old);
+  lua_pushvalue(L, -1);
+  env->record = luaL_ref(L, LUA_REGISTRYINDEX);
+  lua_createtable(L, 0, 10);
+  lua_insert(L, -2);
+  lua_setfield(L, -2, "record");
+  lua_rawgeti(L, LUA_REGISTRYINDEX, env->instance);
+  lua_setfield(L, -2, "instance");
+  lua_getfield(L, summary, "task");
+  lua_setfield(L, -2, "task");
+  lua_pushinteger(L, (lua_Integer)seed);
+  lua_setfield(L, -2, "seed");
+  set_branch(L, root + 1, j + 1);
+  lua_rawseti(L, results, dst + 1);
+  lua_pop(L, 1); /* the root's summary */
+  return NULL;
+}
+
 /* ro:run{tokenizer =, env = <module>, tasks = {...}, seeds = {...}, max_turns = 8,
  *         max_turn_tokens = 64, temperature = 1, top_k = 0, top_p = 1, min_p = 0, system =,
  *         chat = "auto", observation_role = "user"} -> list of episode summaries:
  *   {end = "done"|"max_turns"|"budget"|"env_error", error = msg, turns = n, rewards = {...},
  *    record = {{action=, parsed=, observation=, reward=, done=, info=}, ...}, instance = env,
  *    task = task, seed = seed, length = tokens}
- * One environment instance per task (module.new()), episode i with tasks[i] and seeds[i]. */
+ * One environment instance per task (module.new()), episode i with tasks[i] and seeds[i].
+ * branch = {turn = t, k = K} makes a tree: the n episodes (the roots) run t turns, then each is
+ * forked into K - 1 more episodes (KV cache and record copied, environment by instance:clone(),
+ * which the instance must have) and all n * K go on to the end. Summaries n + 1 .. n * K are the
+ * forks, root i's at n + (i - 1) * (K - 1) + 1 ..; each summary has branch = {root = i,
+ * index = 1 for the root itself, 2..K for its forks}. A root that ended within t turns is copied
+ * as it is. A fork's stream is seeded from its root's seed and its index. */
 static int m_run(lua_State *L) {
   lrollout *ro = check_rollout(L, 1);
   luaL_checktype(L, 2, LUA_TTABLE);
@@ -214,6 +311,25 @@ static int m_run(lua_State *L) {
   lua_getfield(L, 2, "observation_role");
   cfg.observation_role = lua_isnil(L, -1) ? NULL : luaL_checkstring(L, -1);
 
+  int k = 1, branch_turn = 0;
+  if (lua_getfield(L, 2, "branch") != LUA_TNIL) {
+    if (!lua_istable(L, -1)) return luaL_argerror(L, 2, "branch: a table {turn =, k =} expected");
+    int bi = lua_gettop(L), ok_t, ok_k;
+    lua_getfield(L, bi, "turn");
+    lua_getfield(L, bi, "k");
+    lua_Integer bt = lua_tointegerx(L, -2, &ok_t), bk = lua_tointegerx(L, -1, &ok_k);
+    lua_pop(L, 2);
+    branch_turn = ok_t && bt > 0 && bt < 1 << 20 ? (int)bt : 0;
+    k = ok_k && bk > 0 && bk < 1 << 20 ? (int)bk : 0;
+    if (branch_turn < 1) return luaL_argerror(L, 2, "branch.turn: a turn number >= 1 expected");
+    if (k < 2) return luaL_argerror(L, 2, "branch.k: 2 or more episodes per root expected");
+    if ((int64_t)n * k > ro->episodes)
+      return luaL_argerror(L, 2, lua_pushfstring(L, "branch: %d roots x %d need %d episodes, the "
+                                                 "rollout has %d", n, k, n * k, ro->episodes));
+  }
+  lua_pop(L, 1);
+  int total = n * k;
+
   /* the step wrapper (moonrl.env.step) */
   lua_getglobal(L, "require");
   lua_pushstring(L, "moonrl.env");
@@ -222,19 +338,20 @@ static int m_run(lua_State *L) {
   int step_fn = lua_gettop(L);
   /* environments: wrappers in a userdata (collected with the call's stack), references in the
    * registry (released below, also when a later step raises) */
-  lua_env *envs = lua_newuserdatauv(L, sizeof(lua_env) * (size_t)n, 0);
-  mrl_env **pv = lua_newuserdatauv(L, sizeof(mrl_env *) * (size_t)n, 0);
-  uint64_t *seeds = lua_newuserdatauv(L, sizeof(uint64_t) * (size_t)n, 0);
-  for (int i = 0; i < n; i++)
+  lua_env *envs = lua_newuserdatauv(L, sizeof(lua_env) * (size_t)total, 0);
+  mrl_env **pv = lua_newuserdatauv(L, sizeof(mrl_env *) * (size_t)total, 0);
+  uint64_t *seeds = lua_newuserdatauv(L, sizeof(uint64_t) * (size_t)total, 0);
+  for (int i = 0; i < total; i++) {
     envs[i] = (lua_env){.L = L, .module = LUA_NOREF, .instance = LUA_NOREF, .task = LUA_NOREF,
                         .rng = LUA_NOREF, .record = LUA_NOREF, .step_fn = LUA_NOREF,
                         .obs = LUA_NOREF};
-  lua_createtable(L, n, 0); /* the results */
+    envs[i].vt = (mrl_env){&envs[i], env_reset, env_step, env_error};
+    pv[i] = &envs[i].vt;
+  }
+  lua_createtable(L, total, 0); /* the results */
   int results = lua_gettop(L);
   for (int i = 0; i < n; i++) {
     lua_env *env = &envs[i];
-    env->vt = (mrl_env){env, env_reset, env_step, env_error};
-    pv[i] = &env->vt;
     lua_geti(L, seeds_idx, i + 1);
     int ok;
     lua_Integer seed = lua_tointegerx(L, -1, &ok);
@@ -272,16 +389,38 @@ static int m_run(lua_State *L) {
     lua_setfield(L, -2, "task");
     lua_pushinteger(L, seed);
     lua_setfield(L, -2, "seed");
+    if (k > 1) set_branch(L, i + 1, 1);
     lua_rawseti(L, results, i + 1);
   }
-  mrl_status st = mrl_rollout_run(ro->r, tok, n, pv, seeds, &cfg);
-  release_envs(L, envs, n);
+  mrl_status st;
+  if (k > 1) {
+    cfg.pause_turn = branch_turn;
+    st = mrl_rollout_run(ro->r, tok, n, pv, seeds, &cfg);
+    if (st) {
+      release_envs(L, envs, n);
+      return mrl__lua_raise(L, ro->model->engine, st, 0);
+    }
+    for (int i = 0; i < n; i++)
+      for (int j = 1; j < k; j++) {
+        int dst = n + i * (k - 1) + (j - 1);
+            const char *err = fork_episode(L, ro, envs, results, i, dst, j);
+        if (err) {
+          release_envs(L, envs, dst);
+          return luaL_error(L, "%s", err);
+        }
+      }
+    cfg.pause_turn = 0;
+    cfg.resume = 1;
+  }
+  st = mrl_rollout_run(ro->r, tok, total, pv, seeds, &cfg);
+  release_envs(L, envs, total);
   if (st) return mrl__lua_raise(L, ro->model->engine, st, 0);
-  static const char *const ends[] = {"running", "done", "max_turns", "budget", "env_error"};
-  for (int i = 0; i < n; i++) {
+  static const char *const ends[] = {"running", "done", "max_turns", "budget", "env_error",
+                                     "paused"};
+  for (int i = 0; i < total; i++) {
     lua_rawgeti(L, results, i + 1);
     int end = mrl_rollout_end(ro->r, i), turns = mrl_rollout_turn_count(ro->r, i);
-    lua_pushstring(L, end >= 0 && end <= 4 ? ends[end] : "running");
+    lua_pushstring(L, end >= 0 && end <= 5 ? ends[end] : "running");
     lua_setfield(L, -2, "end");
     lua_pushinteger(L, turns);
     lua_setfield(L, -2, "turns");

@@ -146,6 +146,9 @@ mrl_status mrl_rollout_run(mrl_rollout *r, mrl_tokenizer *tok, int n, mrl_env *c
                      r->episodes);
   if (cfg->max_turns <= 0 || cfg->max_turn_tokens <= 0)
     return mrl__fail(eng, MRL_ERR_INVALID, fn, "max_turns and max_turn_tokens must be positive");
+  if (cfg->pause_turn < 0)
+    return mrl__fail(eng, MRL_ERR_INVALID, fn, "pause_turn is %d, expected 0 or more",
+                     cfg->pause_turn);
   for (int e = 0; e < n; e++)
     if (!envs[e] || !envs[e]->reset || !envs[e]->step)
       return mrl__fail(eng, MRL_ERR_NULL, fn, "envs[%d] lacks reset or step", e);
@@ -159,7 +162,20 @@ mrl_status mrl_rollout_run(mrl_rollout *r, mrl_tokenizer *tok, int n, mrl_env *c
   size_t obs_cap = 0;
   int *obs_eps = NULL;
   size_t obs_eps_cap = 0;
-  if ((st = start_all(&d, fn, n, envs, seeds))) goto done;
+  if (cfg->resume) {
+    for (int e = 0; e < n; e++) {
+      mrl_episode *p = &r->ep[e];
+      if (!p->started || (p->end == MRL_END_NONE && p->mid_turn)) {
+        st = mrl__fail(eng, MRL_ERR_INVALID, fn, "resume: episode %d %s", e,
+                       p->started ? "is in the middle of a turn" : "was never started");
+        goto done;
+      }
+    }
+    for (int e = 0; e < n; e++)
+      if (r->ep[e].end == MRL_END_PAUSED) r->ep[e].end = MRL_END_NONE;
+  } else if ((st = start_all(&d, fn, n, envs, seeds))) {
+    goto done;
+  }
   int nlive = 0;
   for (int e = 0; e < n; e++)
     if (r->ep[e].end == MRL_END_NONE) live[nlive++] = e;
@@ -219,6 +235,9 @@ mrl_status mrl_rollout_run(mrl_rollout *r, mrl_tokenizer *tok, int n, mrl_env *c
       }
     }
     if (n_obs > 0 && (st = mrl_rollout_observe(r, n_obs, obs_eps, obs_ids, counts))) goto done;
+    if (cfg->pause_turn > 0)
+      for (int i = 0; i < n_obs; i++)
+        if (r->ep[obs_eps[i]].turns == cfg->pause_turn) r->ep[obs_eps[i]].end = MRL_END_PAUSED;
     nlive = 0;
     for (int e = 0; e < n; e++)
       if (r->ep[e].started && r->ep[e].end == MRL_END_NONE) live[nlive++] = e;

@@ -15,7 +15,9 @@
 --   turns, length         turn count, token count
 --   rewards, reward       per-turn rewards and their sum (the episode's return)
 --   success               info.success of the last turn (else reward > 0)
---   record                per turn {action, observation, reward, done, info, state}
+--   record                per turn {action, parsed, observation, reward, done, info, state,
+--                         tool_error}
+--   branch                {root =, index =} for episodes of a tree rollout
 --   error                 the message when the episode ended in an error
 local core = require "moonrl.core"
 
@@ -195,7 +197,7 @@ function Batch:episode_record(i, opts)
   local rec = { group = ep.group, agent = ep.agent, task = ep.task, seed = ep.seed,
     ["end"] = ep["end"], turns = ep.turns, length = ep.length, reward = ep.reward,
     rewards = core.json.array(ep.rewards or {}), success = ep.success, error = ep.error,
-    record = turn_records(ep) }
+    branch = ep.branch, record = turn_records(ep) }
   if not (opts and opts.tokens == false) then
     local a, b = self:range(i)
     rec.tokens = values(self.tokens, a, b, true)

@@ -46,13 +46,17 @@ function M.check(module)
   return module
 end
 
--- Runs a parsed call against a tool list: the observation text, or nil when no tool has the name.
+-- Runs a parsed call against a tool list: the observation text (nil when no tool has the name)
+-- and whether the call failed: the tool raised, or its result table (what rl.tool.shell and
+-- rl.tool.lua return second) says it did not end cleanly.
 local function run_tool(tools, parsed)
   for _, t in ipairs(tools) do
     if t.name == parsed.name then
-      local ok, text = pcall(t.run, parsed.args)
-      if not ok then return "tool " .. t.name .. " failed: " .. tostring(text) end
-      return tostring(text)
+      local ok, text, res = pcall(t.run, parsed.args)
+      if not ok then return "tool " .. t.name .. " failed: " .. tostring(text), true end
+      local failed = type(res) == "table" and ((res.status ~= nil and res.status ~= "exited"
+        and res.status ~= "ok") or (res.exit_code ~= nil and res.exit_code ~= 0))
+      return tostring(text), failed
     end
   end
   return nil
@@ -60,14 +64,15 @@ end
 
 -- The step the rollout engine calls: parses the action, runs a tool call the instance does not
 -- handle, or passes it to instance:step. `record` (a table) gets one entry per turn:
--- {action=, parsed=, observation=, reward=, done=, info=, state=} (state: the instance's
--- state_key() before the step, when it has one). Returns observation, reward, done.
+-- {action=, parsed=, observation=, reward=, done=, info=, state=, tool_error=} (state: the
+-- instance's state_key() before the step, when it has one; tool_error: true when the engine ran
+-- a tool call that failed). Returns observation, reward, done.
 function M.step(module, instance, action, record)
   local parsed = parse.parse(action, module.format)
   local state = instance.state_key and instance:state_key() or nil
-  local obs, reward, done, info
+  local obs, reward, done, info, tool_error
   if parsed.kind == "call" and module.tools and not instance.handles_calls then
-    obs = run_tool(module.tools, parsed)
+    obs, tool_error = run_tool(module.tools, parsed)
   end
   if obs then
     reward, done = 0, false
@@ -81,7 +86,8 @@ function M.step(module, instance, action, record)
     error("step returned an observation that is not a string: " .. type(obs), 0)
   end
   record[#record + 1] = { action = action, parsed = parsed, observation = obs,
-    reward = reward or 0, done = done and true or false, info = info, state = state }
+    reward = reward or 0, done = done and true or false, info = info, state = state,
+    tool_error = tool_error or nil }
   return obs, reward or 0, done and true or false
 end
 

@@ -12,14 +12,22 @@
 --     tasks_per_step = 8, group_size = 8,     -- G episodes of each task form a group
 --     max_turns = env.max_turns, max_turn_tokens = 8, temperature = 1,
 --     advantage = "grpo",                     -- grpo, drgrpo, rloo, opo, gpg, grpo_passk,
---                                             -- reinforce_plus_plus_baseline, gigpo
+--                                             -- reinforce_plus_plus(_baseline), gigpo, beacon
 --     loss = "ppo",                           -- ppo, gspo, cispo, sapo, gpg, gmpo
 --     clip_low = 0.2, clip_high = 0.28, clip_c = 3, agg = "token-mean",
 --     epochs = 1, minibatch = 32,             -- episodes per optimizer step
 --     lr = 2e-4, schedule = "constant", warmup = 0, weight_decay = 0, clip_grad = 1,
 --     kl_coef = 0, kl = "k3", kl_reward_coef = 0,   -- KL as a loss term, or in the reward
 --     entropy_coef = 0,
+--     milestone = nil,                        -- advantage = "beacon": {gamma = 0.95, scale = 10,
+--                                             -- weight = 1, mode = "mean_norm"}; turns whose
+--                                             -- info.milestone is true end segments
+--     fatal = nil,                            -- true or {threshold = 3}: fatal-aware masking
 --     dynamic_sampling = false,               -- DAPO: drop zero-variance groups, sample more
+--     tree = nil,                             -- {turn = t, k = K}: each of group_size / K roots
+--                                             -- branches into K episodes after turn t (needs
+--                                             -- the env's clone()); GiGPO then compares the K
+--                                             -- continuations of one state exactly
 --     overlong = nil,                         -- {max_len =, buffer =, factor = 1}: DAPO shaping
 --     rewards = { name = function(episode) return x end },  -- extra reward terms
 --     sft = { examples = 400, epochs = 2, lr = 2e-3, batch_size = 16 },  -- or false
@@ -50,7 +58,7 @@ local DEFAULTS = {
 }
 
 local OUTCOME = { grpo = true, drgrpo = true, rloo = true, opo = true, gpg = true,
-  grpo_passk = true, reinforce_plus_plus_baseline = true }
+  grpo_passk = true, reinforce_plus_plus_baseline = true, reinforce_plus_plus = true }
 
 local function check_options(o)
   assert(type(o) == "table", "train: a table of options expected")
@@ -65,11 +73,20 @@ local function check_options(o)
   need(type(c.name) == "string" and c.name:match("^[%w_.%-]+$"),
     "name: letters, digits, '_', '.', '-' expected")
   c.max_turns = c.max_turns or o.env.max_turns or 4
-  need(OUTCOME[c.advantage] or c.advantage == "gigpo", "advantage: unknown estimator '"
+  need(OUTCOME[c.advantage] or c.advantage == "gigpo" or c.advantage == "beacon",
+    "advantage: unknown estimator '"
     .. tostring(c.advantage) .. "'")
   for _, k in ipairs { "steps", "tasks_per_step", "group_size", "epochs", "max_turns",
     "max_turn_tokens" } do
     need(math.type(c[k]) == "integer" and c[k] >= 1, k .. ": a positive integer expected")
+  end
+  if c.tree then
+    local t = c.tree
+    need(type(t) == "table" and math.type(t.turn) == "integer" and t.turn >= 1
+      and math.type(t.k) == "integer" and t.k >= 2,
+      "tree: {turn = n >= 1, k = n >= 2} expected")
+    need(c.group_size % t.k == 0, "tree: group_size must be a multiple of tree.k")
+    need(t.turn < c.max_turns, "tree: turn must be less than max_turns")
   end
   c.minibatch = c.minibatch or c.tasks_per_step * c.group_size
   need(math.type(c.minibatch) == "integer" and c.minibatch >= 1,
@@ -101,11 +118,13 @@ M.mix = mix
 -- ---------------------------------------------------------------- rollouts
 
 -- Runs episodes of `tasks` (each repeated `repeats` times) and returns the batch. groups[i] of
--- each episode is group_base + task index.
-local function rollout(ctx, tasks, repeats, seed, temperature, group_base)
+-- each episode is group_base + task index. With `tree` ({turn =, k =}), repeats / k roots per
+-- task each branch into k episodes after `turn` turns (all of a task's episodes are its group).
+local function rollout(ctx, tasks, repeats, seed, temperature, group_base, tree)
   local list, seeds, groups = {}, {}, {}
+  local roots = tree and repeats // tree.k or repeats
   for t, task in ipairs(tasks) do
-    for _ = 1, repeats do
+    for _ = 1, roots do
       list[#list + 1] = task
       seeds[#seeds + 1] = mix(seed, #list)
       groups[#groups + 1] = group_base + t
@@ -115,8 +134,13 @@ local function rollout(ctx, tasks, repeats, seed, temperature, group_base)
   local results = ctx.ro:run {
     tokenizer = ctx.tokenizer, env = c.env, tasks = list, seeds = seeds, max_turns = c.max_turns,
     max_turn_tokens = c.max_turn_tokens, temperature = temperature, top_k = c.top_k,
-    top_p = c.top_p, min_p = c.min_p, system = c.system,
+    top_p = c.top_p, min_p = c.min_p, system = c.system, branch = tree,
   }
+  if tree then
+    local by_root = groups
+    groups = {}
+    for i, r in ipairs(results) do groups[i] = by_root[r.branch.root] end
+  end
   return batchlib.from_rollout(ctx.ro, results, groups)
 end
 
@@ -161,47 +185,32 @@ end
 
 -- ---------------------------------------------------------------- advantages
 
--- Per-token advantages (a flat tensor like batch.mask) and the per-episode values logged.
-local function advantages(ctx, batch)
-  local c = ctx.cfg
-  local n = batch:size()
-  local scores, groups = {}, {}
-  for i, ep in ipairs(batch.episodes) do
-    scores[i], groups[i] = ep.reward - (ep.kl_penalty or 0), ep.group
-  end
-  local mask, turns = batch.mask, batch.turns
-  if OUTCOME[c.advantage] then
-    local a = core.objective.advantage { method = c.advantage, scores = scores, groups = groups,
-      counts = batch:sampled_counts(), epsilon = c.adv_epsilon }
-    return core.objective.broadcast { values = a, mask = mask, offsets = batch.offsets }, a
-  end
-  -- GiGPO: one row per turn, anchored on the state the turn acted on
-  local rows_score, rows_reward, rows_group, rows_anchor, rows_traj, index = {}, {}, {}, {}, {}, {}
+-- One row per turn of each episode: rows[r] = {episode =, turn = 0-based, record =}, and
+-- index[i][turn] = r.
+local function turn_rows(batch)
+  local rows, index = {}, {}
   for i, ep in ipairs(batch.episodes) do
     index[i] = {}
-    local nturns = math.max(ep.turns, #ep.record)
-    for k = 1, nturns do
-      local r = ep.record[k]
-      local row = #rows_score + 1
-      rows_score[row] = scores[i]
-      rows_reward[row] = r and r.reward or 0
-      rows_group[row] = ep.group
-      rows_anchor[row] = (r and r.state) and ("s:" .. r.state) or ("t:" .. k)
-      rows_traj[row] = i
-      index[i][k - 1] = row
+    for k = 1, math.max(ep.turns, #ep.record) do
+      rows[#rows + 1] = { episode = i, turn = k - 1, record = ep.record[k] }
+      index[i][k - 1] = #rows
     end
   end
+  return rows, index
+end
+
+-- Per-row values -> a flat per-token tensor (each sampled token gets its turn's value) and the
+-- mean over each episode's sampled tokens.
+local function rows_to_tokens(batch, index, values)
+  local n, mask, turns = batch:size(), batch.mask, batch.turns
   local adv = core.tensor.zeros(math.max(batch.offsets[n + 1], 1)):narrow(1, 1, batch.offsets[n + 1])
-  local returns = core.objective.step_returns { rewards = rows_reward, traj = rows_traj, gamma = c.gamma }
-  local a = core.objective.gigpo { scores = rows_score, step_rewards = returns, groups = rows_group,
-    anchors = rows_anchor, step_weight = c.step_weight, mode = c.gigpo_mode }
   local per_episode = {}
   for i = 1, n do
     local sum, cnt = 0, 0
     for p = batch.offsets[i] + 1, batch.offsets[i + 1] do
       if mask:get(p) ~= 0 then
         local row = index[i][math.floor(turns:get(p))]
-        local v = row and a[row] or 0
+        local v = row and values[row] or 0
         adv:set(p, v)
         sum, cnt = sum + v, cnt + 1
       end
@@ -210,6 +219,105 @@ local function advantages(ctx, batch)
   end
   return adv, per_episode
 end
+
+-- BEACON (dynamic milestones): turns whose info.milestone is true split each episode into
+-- segments; the shaped segment rewards are normalised among episodes of the same task in the
+-- same segment and added to the episode term (spec section 6.5, through rl.advantage).
+local function beacon_rows(c, batch, scores)
+  local rows = turn_rows(batch)
+  local flags, uids, index, rewards, mask = {}, {}, {}, {}, {}
+  for r, row in ipairs(rows) do
+    local rec = row.record
+    flags[r] = (rec and rec.info and rec.info.milestone) and true or false
+    uids[r] = row.episode
+    index[r] = batch.episodes[row.episode].group
+    rewards[r] = { scores[row.episode] }
+    mask[r] = { 1 }
+  end
+  local ms = c.milestone or {}
+  local shaped = core.advantage.beacon_step_rewards_dynamic({ milestone_flags = flags,
+    traj_uids = uids }, { gamma = ms.gamma or 0.95, scale = ms.scale or 10 })
+  local out = core.advantage.beacon({ token_level_rewards = rewards, response_mask = mask,
+    index = index, traj_uids = uids, step_rewards = shaped.step_rewards,
+    segment_ids = shaped.segment_ids }, { epsilon = c.adv_epsilon or 1e-6,
+    step_advantage_w = ms.weight or 1.0, mode = ms.mode or "mean_norm" })
+  local values = {}
+  for r = 1, #rows do values[r] = out.advantages[r][1] end
+  return values
+end
+
+-- OpenSearch-VL fatal-aware masking (spec section 6.8): an episode with `threshold` consecutive
+-- failed turns (a malformed call, a failed tool, info.error), or that ended without an answer,
+-- is fatal from the first turn of that run on: those turns leave the loss (mask 0) and the rest
+-- of the episode keeps only non-negative advantages. Returns the number of fatal episodes.
+local function apply_fatal(c, batch, adv)
+  local threshold = type(c.fatal) == "table" and c.fatal.threshold or 3
+  local mask, turns, fatal = batch.mask, batch.turns, 0
+  for i, ep in ipairs(batch.episodes) do
+    local errors = {}
+    for k, r in ipairs(ep.record) do
+      errors[k] = (r.parsed and r.parsed.kind == "error") or r.tool_error == true
+        or (type(r.info) == "table" and r.info.error ~= nil and r.info.error ~= false)
+    end
+    local res = core.advantage.find_fatal_step_index({ step_is_error = core.json.array(errors),
+      terminated_with_answer = ep["end"] == "done" }, { threshold = threshold }).result
+    local at = type(res) == "table" and math.tointeger(res[1])
+    if at then
+      fatal = fatal + 1
+      ep.fatal_turn = at
+      for p = batch.offsets[i] + 1, batch.offsets[i + 1] do
+        if mask:get(p) ~= 0 then
+          if turns:get(p) >= at then
+            mask:set(p, 0)
+            adv:set(p, 0)
+          elseif adv:get(p) < 0 then
+            adv:set(p, 0)
+          end
+        end
+      end
+    end
+  end
+  return fatal
+end
+
+-- Per-token advantages (a flat tensor like batch.mask), the per-episode values logged, and the
+-- number of fatal episodes (with `fatal`).
+local function advantages(ctx, batch)
+  local c = ctx.cfg
+  local scores, groups = {}, {}
+  for i, ep in ipairs(batch.episodes) do
+    scores[i], groups[i] = ep.reward - (ep.kl_penalty or 0), ep.group
+  end
+  local adv, per_episode
+  if OUTCOME[c.advantage] then
+    local a = core.objective.advantage { method = c.advantage, scores = scores, groups = groups,
+      counts = batch:sampled_counts(), epsilon = c.adv_epsilon }
+    adv, per_episode = core.objective.broadcast { values = a, mask = batch.mask,
+      offsets = batch.offsets }, a
+  else
+    local rows, index = turn_rows(batch)
+    local values
+    if c.advantage == "beacon" then
+      values = beacon_rows(c, batch, scores)
+    else
+      -- GiGPO: one row per turn, anchored on the state the turn acted on
+      local rs, rr, rg, ra, rt = {}, {}, {}, {}, {}
+      for r, row in ipairs(rows) do
+        local rec = row.record
+        rs[r], rg[r], rt[r] = scores[row.episode], groups[row.episode], row.episode
+        rr[r] = rec and rec.reward or 0
+        ra[r] = (rec and rec.state) and ("s:" .. rec.state) or ("t:" .. (row.turn + 1))
+      end
+      local returns = core.objective.step_returns { rewards = rr, traj = rt, gamma = c.gamma }
+      values = core.objective.gigpo { scores = rs, step_rewards = returns, groups = rg,
+        anchors = ra, step_weight = c.step_weight, mode = c.gigpo_mode }
+    end
+    adv, per_episode = rows_to_tokens(batch, index, values)
+  end
+  local fatal = c.fatal and apply_fatal(c, batch, adv) or nil
+  return adv, per_episode, fatal
+end
+M._advantages = advantages -- for the tests
 
 -- ---------------------------------------------------------------- scoring in chunks
 
@@ -420,7 +528,7 @@ local function sample_batch(ctx, step)
     tries = tries + 1
     local tasks = c.env.tasks("train", want, mix(c.seed, step, tries))
     local b = rollout(ctx, tasks, c.group_size, mix(c.seed, step, tries, 7), c.temperature,
-      tries * 100000)
+      tries * 100000, c.tree)
     drawn = drawn + #tasks
     if not c.dynamic_sampling then return b, { tries = 1, groups_drawn = drawn, groups_dropped = 0 } end
     local keep = {}
@@ -538,7 +646,8 @@ function M.train(opts)
       for k, v in pairs(st.ends) do mt["end/" .. k] = v end
       mt.errors = st.errors
       local t1 = core.clock()
-      local adv, per_ep = advantages(ctx, batch)
+      local adv, per_ep, fatal = advantages(ctx, batch)
+      if fatal then mt["fatal/episodes"] = fatal / batch:size() end
       local amax = 0
       for _, v in ipairs(per_ep) do amax = math.max(amax, math.abs(v)) end
       mt["adv/abs_max"] = amax
@@ -551,12 +660,19 @@ function M.train(opts)
       mt["time/update"] = core.clock() - t1
       mt.tokens_per_s = st.tokens / math.max(core.clock() - t0, 1e-9)
       local f = assert(io.open(ctx.dir .. "/episodes.jsonl", "a"))
-      for j = 1, math.min(c.log_episodes, batch:size()) do
-        local i = (j - 1) * c.group_size + 1
-        if i > batch:size() then break end
-        local rec = batch:episode_record(i, { tokens = false })
-        rec.step = step
-        f:write(json.encode(rec), "\n")
+      -- the first episode of each group, then the second of each, ... up to log_episodes
+      local groups, logged, round = batch:groups(), 0, 1
+      while logged < math.min(c.log_episodes, batch:size()) do
+        for _, g in ipairs(groups) do
+          local i = g.members[round]
+          if i and logged < c.log_episodes then
+            local rec = batch:episode_record(i, { tokens = false })
+            rec.step = step
+            f:write(json.encode(rec), "\n")
+            logged = logged + 1
+          end
+        end
+        round = round + 1
       end
       f:close()
     else

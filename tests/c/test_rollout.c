@@ -342,6 +342,83 @@ static void test_fork(void) {
   free_setup(&s);
 }
 
+/* A tree: two roots run one turn and pause with their observation in; each is forked into a
+ * second episode (environment copied); all four resume. Branches share their root's first turn
+ * and observation token for token, then go their own ways; pausing and resuming misuse fails. */
+static void test_tree(void) {
+  setup s = make_setup(N, 200);
+  digit_env envs[N];
+  default_envs(envs);
+  for (int i = 0; i < N; i++) envs[i].turns = 3;
+  mrl_env vt[N], *pv[N];
+  for (int i = 0; i < N; i++) {
+    vt[i] = digit_vtable(&envs[i]);
+    pv[i] = &vt[i];
+  }
+  uint64_t seeds[N] = {31, 32, 0, 0};
+  mrl_rollout_config cfg = config(3, 10);
+  cfg.pause_turn = 1;
+  MUST(mrl_rollout_run(s.r, s.tok, 2, pv, seeds, &cfg));
+  int trunk[2];
+  for (int e = 0; e < 2; e++) {
+    CHECK(mrl_rollout_end(s.r, e) == MRL_END_PAUSED);
+    CHECK(mrl_rollout_turn_count(s.r, e) == 1);
+    trunk[e] = mrl_rollout_length(s.r, e);
+    /* the trunk ends with the observation and the assistant tag */
+    CHECK(mrl_rollout_tokens(s.r, e)[trunk[e] - 1] == MRL_TOKEN_ASSISTANT);
+  }
+  /* misuse: resuming an episode that never ran */
+  cfg.pause_turn = 0;
+  cfg.resume = 1;
+  CHECK_FAILS(s.e, MRL_ERR_INVALID, "episode 2 was never started",
+              mrl_rollout_run(s.r, s.tok, 3, pv, seeds, &cfg));
+  for (int e = 0; e < 2; e++) {
+    MUST(mrl_rollout_fork(s.r, e, e + 2, 100 + (uint64_t)e));
+    envs[e + 2] = envs[e]; /* the environment's clone */
+  }
+  MUST(mrl_rollout_run(s.r, s.tok, N, pv, seeds, &cfg));
+  for (int e = 0; e < N; e++) {
+    CHECKF(mrl_rollout_end(s.r, e) == MRL_END_DONE, "episode %d ended %d", e, mrl_rollout_end(s.r, e));
+    CHECK(mrl_rollout_turn_count(s.r, e) == 3);
+  }
+  for (int e = 0; e < 2; e++) {
+    const int32_t *a = mrl_rollout_tokens(s.r, e), *b = mrl_rollout_tokens(s.r, e + 2);
+    int la = mrl_rollout_length(s.r, e), lb = mrl_rollout_length(s.r, e + 2);
+    CHECK(la > trunk[e] && lb > trunk[e]);
+    CHECK(memcmp(a, b, sizeof(int32_t) * (size_t)trunk[e]) == 0);
+    CHECK(mrl_rollout_rewards(s.r, e)[0] == mrl_rollout_rewards(s.r, e + 2)[0]);
+    /* the continuations differ (own streams): 20+ sampled bytes each */
+    CHECKF(la != lb || memcmp(a, b, sizeof(int32_t) * (size_t)la) != 0, "branch %d copies its root", e);
+    /* every episode saw the same observations: the environment went on from the copy */
+    char text[512];
+    size_t n;
+    MUST(mrl_tokenizer_decode(s.tok, b, (size_t)lb, text, sizeof text, &n));
+    char want[16];
+    snprintf(want, sizeof want, "now %d", (e + 6) % 10);
+    bool found = false;
+    for (size_t i = 0; i + strlen(want) <= n && i + strlen(want) <= sizeof text && !found; i++)
+      found = memcmp(text + i, want, strlen(want)) == 0;
+    CHECKF(found, "branch %d lacks its second observation \"%s\"", e, want);
+  }
+  /* the logged-probabilities of a branch equal a fresh forward pass as well */
+  int len = mrl_rollout_length(s.r, 3);
+  const int32_t *t = mrl_rollout_tokens(s.r, 3);
+  const float *mask = mrl_rollout_mask(s.r, 3), *lp = mrl_rollout_logprobs(s.r, 3);
+  int32_t targets[200];
+  float fresh[200];
+  for (int i = 0; i < len; i++) targets[i] = i + 1 < len && mask[i + 1] == 1.0f ? t[i + 1] : -1;
+  int32_t nn = len;
+  MUST(mrl_model_forward(s.m, t, &nn, 1, len));
+  MUST(mrl_model_score(s.m, targets, fresh, NULL));
+  double worst = 0.0;
+  for (int i = 0; i + 1 < len; i++)
+    if (targets[i] >= 0) worst = fmax(worst, fabs(fresh[i] - lp[i + 1]));
+  CHECKF(worst < 1e-4, "branch log-probabilities off by %.2e", worst);
+  cfg.pause_turn = -1;
+  CHECK_FAILS(s.e, MRL_ERR_INVALID, "pause_turn is -1", mrl_rollout_run(s.r, s.tok, 2, pv, seeds, &cfg));
+  free_setup(&s);
+}
+
 static void test_errors(void) {
   setup s = make_setup(2, 50);
   mrl_engine *e = s.e;
@@ -374,6 +451,7 @@ static const test_case tests[] = {{"mask_and_template", test_mask_and_template},
                                   {"env_error_ends_one_episode", test_env_error_ends_one_episode},
                                   {"limits", test_limits},
                                   {"fork", test_fork},
+                                  {"tree", test_tree},
                                   {"errors", test_errors},
                                   {NULL, NULL}};
 

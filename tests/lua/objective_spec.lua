@@ -175,6 +175,16 @@ describe("rl.objective advantages", function()
     assert.is_near(1 - 0.5, dr[1], 1e-6)
   end)
 
+  it("REINFORCE++ whitens the scores over every sampled token of the batch, groups aside", function()
+    -- token returns {1, 1, 0, 2}: mean 1, unbiased variance 2/3
+    local adv = rl.objective.advantage { method = "reinforce_plus_plus", scores = { 1, 0, 2 },
+      groups = { 1, 2, 3 }, counts = { 2, 1, 1 } }
+    local sd = math.sqrt(2 / 3 + 1e-8)
+    assert.is_near(0, adv[1], 1e-6)
+    assert.is_near(-1 / sd, adv[2], 1e-5)
+    assert.is_near(1 / sd, adv[3], 1e-5)
+  end)
+
   it("RLOO uses the mean of the other members", function()
     local adv = rl.objective.advantage { method = "rloo", scores = { 1, 2, 6 }, groups = { 1, 1, 1 } }
     assert.is_near(1 - 4, adv[1], 1e-6)

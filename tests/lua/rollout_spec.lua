@@ -229,3 +229,122 @@ describe("rl.rollout contains environment failures", function()
     assert.matches("new", err)
   end)
 end)
+
+describe("rl.rollout tree rollouts (branch = {turn =, k =})", function()
+  local m = tiny(4)
+  local ro = rl.rollout.new { model = m, episodes = 24, capacity = 128 }
+  local tasks = guess.tasks("train", 6, 3)
+  local seeds = seq(6, function(i) return 40 + i end)
+  local res = run(ro, guess, tasks, seeds, { branch = { turn = 1, k = 3 } })
+  local batch = rl.batch.from_rollout(ro, res, seq(#res, function(i)
+    return res[i].branch.root end))
+
+  -- the number of tokens up to and including the first observation (turn index < 1)
+  local function trunk_length(i)
+    local a, b = batch:range(i)
+    local n = 0
+    for p = a, b do
+      if batch.turns:get(p) < 1 then n = n + 1 else break end
+    end
+    return n
+  end
+
+  it("forks each root into k episodes that share its first turn token for token", function()
+    assert.are.equal(18, #res)
+    local differs = 0
+    for i = 1, 6 do
+      assert.are.same({ root = i, index = 1 }, res[i].branch)
+      for j = 2, 3 do
+        local f = 6 + (i - 1) * 2 + (j - 1)
+        local fork = res[f]
+        assert.are.same({ root = i, index = j }, fork.branch)
+        assert.are.equal(tasks[i], fork.task)
+        assert.are.equal(res[i].record[1].action, fork.record[1].action)
+        assert.are.equal(res[i].record[1].observation, fork.record[1].observation)
+        assert.are.equal(res[i].rewards[1], fork.rewards[1])
+        local n = trunk_length(i)
+        assert.are.equal(n, trunk_length(f))
+        local a, fa = batch:range(i), batch:range(f)
+        for p = 0, n - 1 do
+          assert.are.equal(batch.tokens:get(a + p), batch.tokens:get(fa + p))
+          assert.are.equal(batch.logprobs:get(a + p), batch.logprobs:get(fa + p))
+        end
+        if res[i]["end"] == "done" and res[i].turns == 1 then
+          -- a root that ended at turn 1 is copied as it is
+          assert.are.equal(1, fork.turns)
+          assert.are.equal("done", fork["end"])
+        else
+          assert.is_true(fork.turns >= 2)
+          if fork.record[2].action ~= res[i].record[2].action then differs = differs + 1 end
+        end
+        -- the fork's environment went on from a copy: its replies follow its own guesses
+        assert.are.equal(fork.turns, #fork.record)
+      end
+    end
+    assert.is_true(differs > 0, "every fork repeated its root")
+  end)
+
+  it("records behaviour log-probabilities of the forks equal to a fresh forward pass", function()
+    local lp = m:forward_batch { tokens = batch.tokens, mask = batch.mask, offsets = batch.offsets,
+      episodes = seq(batch:size(), function(i) return i end) }
+    local worst = 0
+    for p = 1, batch.mask:numel() do
+      if batch.mask:get(p) == 1 then worst = math.max(worst, math.abs(lp:get(p) - batch.logprobs:get(p))) end
+    end
+    assert.is_true(worst < 1e-4, "max difference " .. worst)
+  end)
+
+  it("reproduces the tree from the same seeds", function()
+    local again = run(ro, guess, tasks, seeds, { branch = { turn = 1, k = 3 } })
+    local b2 = rl.batch.from_rollout(ro, again, seq(#again, function(i) return again[i].branch.root end))
+    assert.are.same(batch.offsets, b2.offsets)
+    assert.are.equal(0, batch.tokens:max_abs_diff(b2.tokens))
+  end)
+
+  it("ends only the fork whose clone raises; refuses an environment without clone()", function()
+    local fragile = {
+      name = "fragile",
+      new = function()
+        return { reset = function() return "go" end,
+          step = function() return "again", 1, false end,
+          clone = function(self)
+            if self.task_is_bad then error("cannot copy this one") end
+            return { reset = self.reset, step = self.step }
+          end }
+      end,
+      tasks = function() return {} end,
+    }
+    local r2 = run(ro, fragile, { {}, {} }, { 1, 2 }, { branch = { turn = 1, k = 2 }, max_turns = 2 })
+    for i = 1, 4 do assert.are.equal("max_turns", r2[i]["end"]) end
+    local bad = {
+      name = "bad", tasks = fragile.tasks,
+      new = function()
+        return { reset = function() return "go" end, step = function() return "again", 0, false end,
+          clone = function() error("cannot copy this one") end }
+      end,
+    }
+    local r3 = run(ro, bad, { {} }, { 1 }, { branch = { turn = 1, k = 2 }, max_turns = 3 })
+    assert.are.equal("max_turns", r3[1]["end"])
+    assert.are.equal(3, r3[1].turns)
+    assert.are.equal("env_error", r3[2]["end"])
+    assert.matches("clone: .*cannot copy this one", r3[2].error)
+    local noclone = { name = "noclone", tasks = fragile.tasks,
+      new = function() return { reset = function() return "go" end,
+        step = function() return "again", 0, false end } end }
+    local ok, err = pcall(run, ro, noclone, { {} }, { 1 }, { branch = { turn = 1, k = 2 } })
+    assert.is_false(ok)
+    assert.matches("no clone%(%) method", err)
+    ok, err = pcall(run, ro, guess, tasks, seeds, { branch = { turn = 1, k = 5 } })
+    assert.is_false(ok)
+    assert.matches("6 roots x 5 need 30 episodes, the rollout has 24", err)
+    ok, err = pcall(run, ro, guess, tasks, seeds, { branch = { turn = 0, k = 2 } })
+    assert.is_false(ok)
+    assert.matches("branch.turn", err)
+    ok, err = pcall(run, ro, guess, tasks, seeds, { branch = { turn = 1, k = 1 } })
+    assert.is_false(ok)
+    assert.matches("branch.k", err)
+    -- the rollout is still usable after misuse
+    local r4 = run(ro, guess, tasks, seeds)
+    assert.are.equal(6, #r4)
+  end)
+end)

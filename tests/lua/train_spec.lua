@@ -167,6 +167,136 @@ describe("rl.train", function()
     H.sh("rm -rf " .. H.shell_quote(dir))
   end)
 
+  it("trains on tree rollouts: each task's group holds its roots and their branches", function()
+    local dir = tmpdir()
+    local seen = {}
+    local r = run(dir, "tree", { tree = { turn = 1, k = 2 }, sft = false, eval = false,
+      kl_coef = 0, log_episodes = 12, on_step = function(_, mt) seen[#seen + 1] = mt end })
+    assert.are.equal(4 + 1, #r.history) -- step 0 and 4 steps
+    assert.are.equal(4, #seen)
+    for _, mt in ipairs(seen) do assert.are.equal(3 * 4, mt.episodes) end
+    -- the logged episodes of a step: per task, 2 roots and one branch of each
+    local eps = read_lines(dir .. "/tree/episodes.jsonl")
+    local per_group = {}
+    for _, ep in ipairs(eps) do
+      if ep.step == 1 then
+        local g = per_group[ep.group] or {}
+        per_group[ep.group] = g
+        g[#g + 1] = ep
+      end
+    end
+    local groups = 0
+    for _, g in pairs(per_group) do
+      groups = groups + 1
+      assert.are.equal(4, #g)
+      local roots = {}
+      for _, ep in ipairs(g) do
+        roots[ep.branch.root] = (roots[ep.branch.root] or 0) + 1
+        assert.are.same(g[1].task, ep.task)
+      end
+      for _, n in pairs(roots) do assert.are.equal(2, n) end
+    end
+    assert.are.equal(3, groups)
+    local ok, msg = pcall(run, dir, "tree2", { tree = { turn = 1, k = 3 } })
+    assert.is_false(ok)
+    assert.matches("group_size must be a multiple of tree.k", msg)
+    H.sh("rm -rf " .. H.shell_quote(dir))
+  end)
+
+  -- A hand-made batch: episodes of `turns` turns, each turn one action token (mask 1) and one
+  -- observation token; records as given.
+  local function fake_batch(eps)
+    local tokens, mask, turns, offsets = {}, {}, {}, { 0 }
+    for _, ep in ipairs(eps) do
+      tokens[#tokens + 1], mask[#mask + 1], turns[#turns + 1] = 1, 0, -1
+      for k = 1, #ep.record do
+        tokens[#tokens + 1], mask[#mask + 1], turns[#turns + 1] = 97, 1, k - 1
+        tokens[#tokens + 1], mask[#mask + 1], turns[#turns + 1] = 2, 0, k - 1
+      end
+      offsets[#offsets + 1] = #tokens
+      ep.turns = #ep.record
+    end
+    local T = rl.tensor
+    return rl.batch.new { tokens = T.from(tokens), logprobs = T.zeros { #tokens }, mask = T.from(mask),
+      turns = T.from(turns), offsets = offsets, episodes = eps }
+  end
+  local function turn_values(b, adv, i)
+    local out = {}
+    for p = b.offsets[i] + 1, b.offsets[i + 1] do
+      local t = math.floor(b.turns:get(p))
+      if t >= 0 and p % 2 == (b.offsets[i] + 2) % 2 then out[t + 1] = { adv:get(p), b.mask:get(p) } end
+    end
+    return out
+  end
+  local advantages = require("moonrl.train")._advantages
+
+  it("BEACON: milestone segments are compared among episodes of a task (advantage = \"beacon\")", function()
+    local rec = function(ms) local r = {} for k, m in ipairs(ms) do r[k] = { reward = 0, info = { milestone = m } } end return r end
+    local eps = {
+      { group = 1, reward = 1, record = rec { true, false, false } },
+      { group = 1, reward = 0, record = rec { false, false, false } },
+      { group = 1, reward = 1, record = rec { true, true, false } },
+      { group = 1, reward = 0, record = rec { true, false, false } },
+    }
+    local b = fake_batch(eps)
+    local ctx = { cfg = { advantage = "beacon", milestone = { gamma = 0.9, scale = 10, weight = 0.5 } } }
+    local adv = advantages(ctx, b)
+    -- the same rows straight through rl.advantage
+    local flags, uids, index, rewards, mask = {}, {}, {}, {}, {}
+    for i, ep in ipairs(eps) do
+      for _, r in ipairs(ep.record) do
+        flags[#flags + 1], uids[#uids + 1], index[#index + 1] = r.info.milestone, i, 1
+        rewards[#rewards + 1], mask[#mask + 1] = { ep.reward }, { 1 }
+      end
+    end
+    local sh = rl.advantage.beacon_step_rewards_dynamic({ milestone_flags = flags, traj_uids = uids },
+      { gamma = 0.9, scale = 10 })
+    local want = rl.advantage.beacon({ token_level_rewards = rewards, response_mask = mask,
+      index = index, traj_uids = uids, step_rewards = sh.step_rewards, segment_ids = sh.segment_ids },
+      { epsilon = 1e-6, step_advantage_w = 0.5, mode = "mean_norm" }).advantages
+    local row = 0
+    for i = 1, 4 do
+      for k, v in ipairs(turn_values(b, adv, i)) do
+        row = row + 1
+        assert.is_near(want[row][1], v[1], 1e-6, "episode " .. i .. " turn " .. k)
+      end
+    end
+    -- without milestones only the episode term is left: return minus the task's mean (0.5)
+    for _, ep in ipairs(eps) do for _, r in ipairs(ep.record) do r.info.milestone = false end end
+    b = fake_batch(eps)
+    adv = advantages(ctx, b)
+    for i = 1, 4 do
+      for _, v in ipairs(turn_values(b, adv, i)) do assert.is_near(eps[i].reward - 0.5, v[1], 1e-6) end
+    end
+  end)
+
+  it("fatal-aware: a run of failed turns leaves the loss, the rest keeps only positive credit", function()
+    local function rec(kinds)
+      local r = {}
+      for k, kind in ipairs(kinds) do
+        r[k] = { reward = 0, parsed = { kind = kind == "E" and "error" or "text" },
+          tool_error = kind == "T" or nil }
+      end
+      return r
+    end
+    local eps = {
+      { group = 1, reward = 0, ["end"] = "max_turns", record = rec { "ok", "E", "T", "E" } }, -- fatal at turn 1
+      { group = 1, reward = 1, ["end"] = "done", record = rec { "ok", "ok", "ok", "ok" } },
+      { group = 1, reward = 0, ["end"] = "done", record = rec { "ok", "E", "ok", "ok" } },       -- not fatal
+      { group = 1, reward = 0, ["end"] = "max_turns", record = rec { "ok", "ok", "ok", "ok" } }, -- fatal at 4
+    }
+    local b = fake_batch(eps)
+    local adv, _, fatal = advantages({ cfg = { advantage = "grpo", fatal = { threshold = 3 } } }, b)
+    assert.are.equal(2, fatal)
+    local v1, v3, v4 = turn_values(b, adv, 1), turn_values(b, adv, 3), turn_values(b, adv, 4)
+    assert.are.same({ 0, 1 }, v1[1])                     -- before the run: GRPO < 0 clamped to 0
+    for k = 2, 4 do assert.are.same({ 0, 0 }, v1[k]) end -- the run and after: out of the loss
+    assert.is_true(v3[1][1] < 0 and v3[1][2] == 1)       -- not fatal: negative credit stays
+    for k = 1, 4 do assert.are.same({ 0, 1 }, v4[k]) end -- no answer: clamped, nothing masked
+    local v2 = turn_values(b, adv, 2)
+    assert.is_true(v2[1][1] > 0)
+  end)
+
   it("names bad options", function()
     local function err(extra)
       local o = { model = model(), tokenizer = tok, env = guess, progress = false }
