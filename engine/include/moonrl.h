@@ -393,6 +393,16 @@ MRL_API mrl_status mrl_model_score(mrl_model *m, const int32_t *targets, float *
 MRL_API mrl_status mrl_model_logits(mrl_model *m, mrl_tensor **out);
 MRL_API mrl_status mrl_model_backward(mrl_model *m, const int32_t *targets,
                                       const float *dlogprobs, const float *dentropy);
+/* The final normalised hidden states of the last forward (batch x steps x dim, row-major; the
+ * LM head's input), for heads of one's own such as a critic's value head. Borrowed: valid until
+ * the next forward; NULL when there is none. */
+MRL_API const float *mrl_model_hidden(const mrl_model *m);
+/* mrl_model_backward plus dhidden (batch x steps x dim, may be NULL): the derivative of the loss
+ * with respect to mrl_model_hidden's states, from heads of one's own. Entries at padding
+ * positions (t >= lengths[b]) do not reach the weights: keep them zero. */
+MRL_API mrl_status mrl_model_backward_hidden(mrl_model *m, const int32_t *targets,
+                                             const float *dlogprobs, const float *dentropy,
+                                             const float *dhidden);
 
 MRL_API mrl_status mrl_model_zero_grad(mrl_model *m);
 /* Global L2 norm of the gradients; with max_norm > 0, scales them down to at most max_norm

@@ -520,10 +520,33 @@ static flat_batch read_flat_batch(lua_State *L, int opts, const mrl_model *m) {
   return fb;
 }
 
-/* m:forward_batch{tokens =, mask =, offsets =, episodes = {...}} -> logprobs, entropy: flat
- * tensors as long as tokens holding, at each sampled position of the listed episodes, the
- * current policy's log-probability of that token and the entropy of its distribution (0
- * elsewhere). Keeps what m:backward_batch needs. */
+/* The value head of opts.value = {w = tensor of dim floats [, b = number]}, or NULL when the
+ * options have none. */
+static const float *value_head(lua_State *L, int opts, const mrl_model *m, double *bias) {
+  if (lua_getfield(L, opts, "value") == LUA_TNIL) {
+    lua_pop(L, 1);
+    return NULL;
+  }
+  if (!lua_istable(L, -1)) luaL_argerror(L, opts, "value: a table {w =, b =} expected");
+  int vi = lua_gettop(L);
+  lua_getfield(L, vi, "w");
+  mrl_tensor *w = mrl__lua_check_tensor(L, -1, "value.w");
+  if (mrl_tensor_rank(w) != 1 || !mrl_tensor_is_contiguous(w) || mrl_tensor_numel(w) != m->cfg.dim)
+    luaL_argerror(L, opts, lua_pushfstring(L, "value.w: a contiguous 1-D tensor of %d (the "
+                                           "model's dim) expected", m->cfg.dim));
+  lua_getfield(L, vi, "b");
+  if (!lua_isnil(L, -1) && !lua_isnumber(L, -1)) luaL_argerror(L, opts, "value.b: a number expected");
+  *bias = lua_isnil(L, -1) ? 0.0 : lua_tonumber(L, -1);
+  lua_pop(L, 3); /* the options table keeps w alive */
+  return mrl_tensor_data(w);
+}
+
+/* m:forward_batch{tokens =, mask =, offsets =, episodes = {...} [, value = {w =, b =}]}
+ * -> logprobs, entropy [, values]: flat tensors as long as tokens holding, at each sampled
+ * position of the listed episodes, the current policy's log-probability of that token and the
+ * entropy of its distribution (0 elsewhere); with a value head, values = w . h + b where h is
+ * the final hidden state the token was predicted from (the critic's V of the state before the
+ * token). Keeps what m:backward_batch needs. */
 static int m_forward_batch(lua_State *L) {
   mrl_model *m = check_model(L, 1);
   luaL_checktype(L, 2, LUA_TTABLE);
@@ -531,26 +554,40 @@ static int m_forward_batch(lua_State *L) {
   int64_t cells = (int64_t)fb.tb.batch * fb.tb.steps;
   float *lp = lua_newuserdatauv(L, sizeof(float) * (size_t)cells, 0);
   float *ent = lua_newuserdatauv(L, sizeof(float) * (size_t)cells, 0);
+  double bias = 0.0;
+  const float *w = value_head(L, 2, m, &bias);
   forward_batch(L, m, &fb.tb);
   mrl_status st = mrl_model_score(m, fb.targets, lp, ent);
   if (st) return raise_model(L, m, st, 2);
-  mrl_tensor *out[2] = {NULL, NULL};
-  for (int k = 0; k < 2; k++) {
+  int outs = w ? 3 : 2;
+  mrl_tensor *out[3] = {NULL, NULL, NULL};
+  for (int k = 0; k < outs; k++) {
     if ((st = mrl_tensor_new(m->engine, 1, &fb.total, &out[k]))) return raise_model(L, m, st, 0);
     mrl__lua_push_tensor(L, out[k]);
   }
   float *dl = mrl_tensor_data(out[0]), *de = mrl_tensor_data(out[1]);
+  float *dv = w ? mrl_tensor_data(out[2]) : NULL;
+  const float *h = mrl_model_hidden(m);
+  int64_t D = m->cfg.dim;
   for (int64_t c = 0; c < cells; c++)
     if (fb.flat[c] >= 0) {
       dl[fb.flat[c]] = lp[c];
       de[fb.flat[c]] = ent[c];
+      if (dv) {
+        double v = bias;
+        for (int64_t j = 0; j < D; j++) v += (double)w[j] * h[c * D + j];
+        dv[fb.flat[c]] = (float)v;
+      }
     }
-  return 2;
+  return outs;
 }
 
-/* m:backward_batch{tokens =, mask =, offsets =, episodes =, dlogprobs =, dentropy =} adds to
- * the gradients the effect of a loss with these derivatives (flat tensors like forward_batch's
- * outputs; dentropy optional). Call it right after m:forward_batch on the same episodes. */
+/* m:backward_batch{tokens =, mask =, offsets =, episodes =, dlogprobs =, dentropy =
+ * [, value = {w =}, dvalues =]} adds to the gradients the effect of a loss with these
+ * derivatives (flat tensors like forward_batch's outputs; dentropy optional). With a value head
+ * and dvalues it also backpropagates the values into the model and returns dw (a new tensor of
+ * dim floats) and db, the value head's own gradients. Call it right after m:forward_batch on
+ * the same episodes. */
 static int m_backward_batch(lua_State *L) {
   mrl_model *m = check_model(L, 1);
   luaL_checktype(L, 2, LUA_TTABLE);
@@ -562,6 +599,13 @@ static int m_backward_batch(lua_State *L) {
   if (mrl_tensor_numel(dl) != fb.total || !mrl_tensor_is_contiguous(dl) ||
       (de && (mrl_tensor_numel(de) != fb.total || !mrl_tensor_is_contiguous(de))))
     return luaL_argerror(L, 2, "dlogprobs, dentropy: contiguous tensors as long as tokens expected");
+  double bias;
+  const float *w = value_head(L, 2, m, &bias);
+  mrl_tensor *dvt = NULL;
+  if (lua_getfield(L, 2, "dvalues") != LUA_TNIL) dvt = mrl__lua_check_tensor(L, -1, "dvalues");
+  if ((w == NULL) != (dvt == NULL)) return luaL_argerror(L, 2, "value and dvalues: give both or neither");
+  if (dvt && (mrl_tensor_numel(dvt) != fb.total || !mrl_tensor_is_contiguous(dvt)))
+    return luaL_argerror(L, 2, "dvalues: a contiguous tensor as long as tokens expected");
   int64_t cells = (int64_t)fb.tb.batch * fb.tb.steps;
   float *g = lua_newuserdatauv(L, sizeof(float) * (size_t)cells, 0);
   float *gh = de ? lua_newuserdatauv(L, sizeof(float) * (size_t)cells, 0) : NULL;
@@ -578,9 +622,36 @@ static int m_backward_batch(lua_State *L) {
   if (!same)
     return luaL_error(L, "backward_batch: call forward_batch on the same episodes first (and "
                          "not after an optimizer step)");
-  mrl_status st = mrl_model_backward(m, fb.targets, g, gh);
-  if (st) return raise_model(L, m, st, 2);
-  return 0;
+  if (!w) {
+    mrl_status st = mrl_model_backward(m, fb.targets, g, gh);
+    if (st) return raise_model(L, m, st, 2);
+    return 0;
+  }
+  /* the value head: dh = dv w at each predicting cell; dw = sum dv h, db = sum dv */
+  int64_t D = m->cfg.dim, size = D;
+  const float *h = mrl_model_hidden(m), *pdv = mrl_tensor_data(dvt);
+  float *dh = lua_newuserdatauv(L, sizeof(float) * (size_t)(cells * D), 0);
+  mrl_tensor *dwt = NULL;
+  mrl_status st = mrl_tensor_new(m->engine, 1, &size, &dwt);
+  if (st) return raise_model(L, m, st, 0);
+  mrl__lua_push_tensor(L, dwt);
+  float *dw = mrl_tensor_data(dwt);
+  double *acc = lua_newuserdatauv(L, sizeof(double) * (size_t)D, 0);
+  memset(acc, 0, sizeof(double) * (size_t)D);
+  double db = 0.0;
+  for (int64_t c = 0; c < cells; c++) {
+    float d = fb.flat[c] >= 0 ? pdv[fb.flat[c]] : 0.0f;
+    for (int64_t j = 0; j < D; j++) dh[c * D + j] = d * w[j];
+    if (d != 0.0f) {
+      for (int64_t j = 0; j < D; j++) acc[j] += (double)d * h[c * D + j];
+      db += d;
+    }
+  }
+  for (int64_t j = 0; j < D; j++) dw[j] = (float)acc[j];
+  lua_pop(L, 1); /* acc */
+  if ((st = mrl_model_backward_hidden(m, fb.targets, g, gh, dh))) return raise_model(L, m, st, 2);
+  lua_pushnumber(L, db);
+  return 2;
 }
 
 /* ---- generation ---- */

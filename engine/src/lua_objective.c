@@ -514,6 +514,59 @@ static int l_kl(lua_State *L) {
   return 1;
 }
 
+/* rl.objective.gae{rewards =, values =, mask = (flat tensors), offsets =, episodes =
+ * [, gamma = 1, lambda = 1]} -> adv, returns (flat tensors): GAE (spec 1.1) over the listed
+ * episodes' sampled tokens, each episode one row. Observation tokens are transparent: the last
+ * action token of a turn bootstraps from the first action token of the next, so rewards must
+ * sit on sampled tokens (a turn's reward on its last one). adv is whitened over every sampled
+ * token listed; returns = unwhitened advantages + values, the critic's targets. */
+static int l_gae(lua_State *L) {
+  luaL_checktype(L, 1, LUA_TTABLE);
+  luaL_checkstack(L, 48, "objective");
+  packed p = pack(L, 1);
+  const float *f_r = flat_tensor(L, 1, "rewards", p.total, true);
+  const float *f_v = flat_tensor(L, 1, "values", p.total, true);
+  double gamma = opt_num(L, 1, "gamma", 1.0), lambda = opt_num(L, 1, "lambda", 1.0);
+  int64_t cells = p.rows * p.cols;
+  float *r = gather(L, &p, f_r), *v = gather(L, &p, f_v);
+  float *adv = scratch(L, cells, sizeof(float)), *ret = scratch(L, cells, sizeof(float));
+  mrl_status st = mrl_gae(mrl__lua_engine(L), r, v, p.mask, p.rows, p.cols, gamma, lambda, adv,
+                          ret);
+  if (st) return raise(L, st);
+  push_scatter(L, &p, adv);
+  push_scatter(L, &p, ret);
+  return 2;
+}
+
+/* rl.objective.value_loss{values =, old_values =, returns =, mask = (flat tensors), offsets =,
+ * episodes = [, clip = 0.5, agg = "token-mean", agg_norm =, coef = 1]} -> stats, dvalues: the
+ * clipped critic loss (spec 4.7) times coef over the listed episodes' sampled tokens; stats has
+ * loss and clipfrac; dvalues is d loss / d values (flat) for m:backward_batch. */
+static int l_value_loss(lua_State *L) {
+  luaL_checktype(L, 1, LUA_TTABLE);
+  luaL_checkstack(L, 48, "objective");
+  packed p = pack(L, 1);
+  const float *f_v = flat_tensor(L, 1, "values", p.total, true);
+  const float *f_old = flat_tensor(L, 1, "old_values", p.total, true);
+  const float *f_ret = flat_tensor(L, 1, "returns", p.total, true);
+  mrl_loss_agg agg = (mrl_loss_agg)find_name(L, 1, "agg", agg_names, "token-mean");
+  double norm = opt_num(L, 1, "agg_norm", 0.0), clip = opt_num(L, 1, "clip", 0.5);
+  double coef = opt_num(L, 1, "coef", 1.0);
+  int64_t cells = p.rows * p.cols;
+  float *v = gather(L, &p, f_v), *old = gather(L, &p, f_old), *ret = gather(L, &p, f_ret);
+  float *dv = scratch(L, cells, sizeof(float));
+  double loss = 0.0, clipfrac = 0.0;
+  mrl_status st = mrl_value_loss(mrl__lua_engine(L), agg, norm, clip, v, old, ret, p.mask, p.rows,
+                                 p.cols, &loss, &clipfrac, dv);
+  if (st) return raise(L, st);
+  for (int64_t c = 0; c < cells; c++) dv[c] = (float)(coef * dv[c]);
+  lua_createtable(L, 0, 2);
+  set_num(L, "loss", coef * loss);
+  set_num(L, "clipfrac", clipfrac);
+  push_scatter(L, &p, dv);
+  return 2;
+}
+
 /* rl.objective.overlong{lengths = {...}, max_len =, buffer = [, factor = 1, floor = true]} ->
  * DAPO's soft overlong penalty of each response length (0 up to max_len - buffer, then linear
  * down to -factor at max_len; floored at -factor unless floor is false). */
@@ -545,6 +598,8 @@ void mrl__lua_open_objective(lua_State *L) {
                                    {"broadcast", l_broadcast},
                                    {"kl", l_kl},
                                    {"overlong", l_overlong},
+                                   {"gae", l_gae},
+                                   {"value_loss", l_value_loss},
                                    {NULL, NULL}};
   luaL_newlib(L, funcs);
 }

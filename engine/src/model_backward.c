@@ -121,6 +121,12 @@ static mrl_status head_backward(mrl_model *m, const char *fn, float *dxf, const 
 
 mrl_status mrl_model_backward(mrl_model *m, const int32_t *targets, const float *dlogprobs,
                               const float *dentropy) {
+  return mrl_model_backward_hidden(m, targets, dlogprobs, dentropy, NULL);
+}
+
+mrl_status mrl_model_backward_hidden(mrl_model *m, const int32_t *targets,
+                                     const float *dlogprobs, const float *dentropy,
+                                     const float *dhidden) {
   const char *fn = "mrl_model_backward";
   if (!m) return MRL_ERR_NULL;
   mrl_status st = mrl__model_check_head(m, fn, targets);
@@ -147,6 +153,8 @@ mrl_status mrl_model_backward(mrl_model *m, const int32_t *targets, const float 
 
   /* LM head, then the final norm */
   if ((st = head_backward(m, fn, dxn, targets, dlogprobs, dentropy))) return st;
+  if (dhidden)
+    for (int64_t i = 0; i < n * D; i++) dxn[i] += dhidden[i];
   rmsnorm_backward(dx, G + m->final_norm, dxn, a->x + (int64_t)c->layers * n * D, a->rstd_final,
                    W + m->final_norm, n, D, false);
 

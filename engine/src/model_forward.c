@@ -384,3 +384,7 @@ mrl_status mrl_model_logits(mrl_model *m, mrl_tensor **out) {
   *out = t;
   return MRL_OK;
 }
+
+const float *mrl_model_hidden(const mrl_model *m) {
+  return m && m->act && m->act->valid ? m->act->xf : NULL;
+}

@@ -12,7 +12,10 @@
 --     tasks_per_step = 8, group_size = 8,     -- G episodes of each task form a group
 --     max_turns = env.max_turns, max_turn_tokens = 8, temperature = 1,
 --     advantage = "grpo",                     -- grpo, drgrpo, rloo, opo, gpg, grpo_passk,
---                                             -- reinforce_plus_plus(_baseline), gigpo, beacon
+--                                             -- reinforce_plus_plus(_baseline), gigpo, beacon,
+--                                             -- gae (PPO with a critic: a value head on the
+--                                             -- policy's last hidden state; gamma, lam = 1,
+--                                             -- value_coef = 0.5, value_clip = 0.5, value_lr)
 --     loss = "ppo",                           -- ppo, gspo, cispo, sapo, gpg, gmpo
 --     clip_low = 0.2, clip_high = 0.28, clip_c = 3, agg = "token-mean",
 --     epochs = 1, minibatch = 32,             -- episodes per optimizer step
@@ -54,6 +57,7 @@ local DEFAULTS = {
   min_lr = 0, weight_decay = 0, clip_grad = 1.0, beta1 = 0.9, beta2 = 0.95,
   kl_coef = 0, kl = "k3", kl_reward_coef = 0, entropy_coef = 0, dynamic_sampling = false,
   gamma = 1.0, step_weight = 1.0, resume = false, progress = "auto", log_episodes = 2,
+  lam = 1.0, value_coef = 0.5, value_clip = 0.5,
   max_sampling_tries = 4,
 }
 
@@ -73,8 +77,8 @@ local function check_options(o)
   need(type(c.name) == "string" and c.name:match("^[%w_.%-]+$"),
     "name: letters, digits, '_', '.', '-' expected")
   c.max_turns = c.max_turns or o.env.max_turns or 4
-  need(OUTCOME[c.advantage] or c.advantage == "gigpo" or c.advantage == "beacon",
-    "advantage: unknown estimator '"
+  need(OUTCOME[c.advantage] or c.advantage == "gigpo" or c.advantage == "beacon"
+    or c.advantage == "gae", "advantage: unknown estimator '"
     .. tostring(c.advantage) .. "'")
   for _, k in ipairs { "steps", "tasks_per_step", "group_size", "epochs", "max_turns",
     "max_turn_tokens" } do
@@ -185,6 +189,99 @@ end
 
 -- ---------------------------------------------------------------- advantages
 
+-- ---------------------------------------------------------------- the critic (advantage = "gae")
+
+
+-- The value head: V(h) = w . h + b on the policy's final hidden state (a linear critic sharing
+-- the policy's trunk), with its own AdamW moments. w starts at zero.
+local function new_value_head(dim)
+  local mw, vw = {}, {}
+  for j = 1, dim do mw[j], vw[j] = 0, 0 end
+  return { w = core.tensor.zeros { dim }, b = 0, mw = mw, vw = vw, mb = 0, vb = 0, t = 0 }
+end
+
+-- The head as plain numbers (for state.json: floats round-trip exactly) and back.
+local function value_head_state(v)
+  local w = {}
+  for j = 1, v.w:numel() do w[j] = v.w:get(j) end
+  return { w = w, b = v.b, mw = v.mw, vw = v.vw, mb = v.mb, vb = v.vb, t = v.t }
+end
+
+local function value_head_from(s)
+  local v = new_value_head(#s.w)
+  for j, x in ipairs(s.w) do v.w:set(j, x) end
+  v.b, v.mw, v.vw, v.mb, v.vb, v.t = s.b, s.mw, s.vw, s.mb, s.vb, s.t
+  return v
+end
+
+-- One AdamW step of the value head on its gradients (no weight decay).
+local function value_head_step(c, v, dw, db, lr)
+  local b1, b2, eps = c.beta1, c.beta2, 1e-8
+  v.t = v.t + 1
+  local bc1, bc2 = 1 - b1 ^ v.t, 1 - b2 ^ v.t
+  for j = 1, v.w:numel() do
+    local g = dw:get(j)
+    v.mw[j] = b1 * v.mw[j] + (1 - b1) * g
+    v.vw[j] = b2 * v.vw[j] + (1 - b2) * g * g
+    v.w:set(j, v.w:get(j) - lr * (v.mw[j] / bc1) / (math.sqrt(v.vw[j] / bc2) + eps))
+  end
+  v.mb = b1 * v.mb + (1 - b1) * db
+  v.vb = b2 * v.vb + (1 - b2) * db * db
+  v.b = v.b - lr * (v.mb / bc1) / (math.sqrt(v.vb / bc2) + eps)
+end
+
+-- GAE: token rewards (each turn's reward on its last sampled token; the rest of the episode's
+-- score, reward terms and KL penalty, on its last sampled token), the critic's values before the
+-- update, then rl.objective.gae. Keeps old values and returns for the value loss.
+local function gae_advantages(ctx, batch)
+  local c, n = ctx.cfg, batch:size()
+  local total = batch.offsets[n + 1]
+  local rewards = core.tensor.zeros(math.max(total, 1)):narrow(1, 1, total)
+  local mask, turns = batch.mask, batch.turns
+  for i, ep in ipairs(batch.episodes) do
+    local last_of_turn, last = {}, nil
+    for p = batch.offsets[i] + 1, batch.offsets[i + 1] do
+      if mask:get(p) ~= 0 then
+        last_of_turn[math.floor(turns:get(p))] = p
+        last = p
+      end
+    end
+    if last then
+      local env_sum = 0
+      for k, r in ipairs(ep.record) do
+        local p = last_of_turn[k - 1]
+        if p then rewards:set(p, rewards:get(p) + r.reward) end
+        env_sum = env_sum + r.reward
+      end
+      local rest = ep.reward - (ep.kl_penalty or 0) - env_sum
+      rewards:set(last, rewards:get(last) + rest)
+    end
+  end
+  local values = core.tensor.zeros(math.max(total, 1)):narrow(1, 1, total)
+  for a = 1, n, c.minibatch do
+    local eps = {}
+    for i = a, math.min(n, a + c.minibatch - 1) do eps[#eps + 1] = i end
+    local _, _, v = ctx.model:forward_batch { tokens = batch.tokens, mask = mask,
+      offsets = batch.offsets, episodes = eps, value = ctx.value }
+    local s, e = batch.offsets[a] + 1, batch.offsets[eps[#eps] + 1]
+    if e >= s then values:narrow(1, s, e - s + 1):copy(v:narrow(1, s, e - s + 1)) end
+  end
+  local all = {}
+  for i = 1, n do all[i] = i end
+  local adv, returns = core.objective.gae { rewards = rewards, values = values, mask = mask,
+    offsets = batch.offsets, episodes = all, gamma = c.gamma, lambda = c.lam }
+  ctx.gae = { old_values = values, returns = returns }
+  local per_episode = {}
+  for i = 1, n do
+    local sum, cnt = 0, 0
+    for p = batch.offsets[i] + 1, batch.offsets[i + 1] do
+      if mask:get(p) ~= 0 then sum, cnt = sum + adv:get(p), cnt + 1 end
+    end
+    per_episode[i] = cnt > 0 and sum / cnt or 0
+  end
+  return adv, per_episode
+end
+
 -- One row per turn of each episode: rows[r] = {episode =, turn = 0-based, record =}, and
 -- index[i][turn] = r.
 local function turn_rows(batch)
@@ -289,7 +386,9 @@ local function advantages(ctx, batch)
     scores[i], groups[i] = ep.reward - (ep.kl_penalty or 0), ep.group
   end
   local adv, per_episode
-  if OUTCOME[c.advantage] then
+  if c.advantage == "gae" then
+    adv, per_episode = gae_advantages(ctx, batch)
+  elseif OUTCOME[c.advantage] then
     local a = core.objective.advantage { method = c.advantage, scores = scores, groups = groups,
       counts = batch:sampled_counts(), epsilon = c.adv_epsilon }
     adv, per_episode = core.objective.broadcast { values = a, mask = batch.mask,
@@ -355,24 +454,37 @@ local function update(ctx, batch, adv, step)
   local lr = core.lr_at(c.schedule, step - 1, c.steps, c.warmup, c.lr, c.min_lr)
   local acc = { loss = 0, pg_loss = 0, clipfrac = 0, clipfrac_lower = 0, ppo_kl = 0, kl = 0,
     kl_loss = 0, entropy = 0, entropy_loss = 0, grad_norm = 0 }
+  local critic = c.advantage == "gae" and ctx.value or nil
+  if critic then acc.value_loss, acc.value_clipfrac = 0, 0 end
   local updates = 0
   for epoch = 1, c.epochs do
     local order = shuffled(n, mix(c.seed, step, epoch))
     for a = 1, n, c.minibatch do
       local eps = {}
       for j = a, math.min(n, a + c.minibatch - 1) do eps[#eps + 1] = order[j] end
-      local logp, ent = m:forward_batch { tokens = batch.tokens, mask = batch.mask,
-        offsets = batch.offsets, episodes = eps }
+      local logp, ent, values = m:forward_batch { tokens = batch.tokens, mask = batch.mask,
+        offsets = batch.offsets, episodes = eps, value = critic }
       local stats, dlogp, dent = core.objective.loss {
         logp = logp, old_logp = old, adv = adv, mask = batch.mask, offsets = batch.offsets,
         episodes = eps, kind = c.loss, agg = c.agg, agg_norm = c.agg_norm,
         clip_low = c.clip_low, clip_high = c.clip_high, clip_c = c.clip_c, tau_pos = c.tau_pos,
         tau_neg = c.tau_neg, ref_logp = ref, kl = c.kl, kl_coef = c.kl_coef, entropy = ent,
         entropy_coef = c.entropy_coef }
-      m:backward_batch { tokens = batch.tokens, mask = batch.mask, offsets = batch.offsets,
-        episodes = eps, dlogprobs = dlogp, dentropy = dent }
+      local vstats, dvalues
+      if critic then
+        vstats, dvalues = core.objective.value_loss { values = values,
+          old_values = ctx.gae.old_values, returns = ctx.gae.returns, mask = batch.mask,
+          offsets = batch.offsets, episodes = eps, clip = c.value_clip, coef = c.value_coef,
+          agg = c.agg, agg_norm = c.agg_norm }
+        stats.loss = stats.loss + vstats.loss
+        stats.value_loss, stats.value_clipfrac = vstats.loss, vstats.clipfrac
+      end
+      local dw, db = m:backward_batch { tokens = batch.tokens, mask = batch.mask,
+        offsets = batch.offsets, episodes = eps, dlogprobs = dlogp, dentropy = dent,
+        value = critic, dvalues = dvalues }
       local norm = m:step { lr = lr, weight_decay = c.weight_decay, beta1 = c.beta1,
         beta2 = c.beta2, clip = c.clip_grad }
+      if critic then value_head_step(c, critic, dw, db, c.value_lr or lr) end
       for k in pairs(acc) do
         if k == "grad_norm" then acc[k] = acc[k] + norm else acc[k] = acc[k] + stats[k] end
       end
@@ -491,6 +603,7 @@ local function save_state(ctx, step)
   local prev = ctx.state.checkpoint
   ctx.state.checkpoint = ckpt:match("[^/]+$")
   ctx.state.step = step
+  if ctx.value then ctx.state.value_head = value_head_state(ctx.value) end
   ok, err = core.fs.write(ctx.dir .. "/state.json", json.encode(ctx.state))
   if not ok then error("train: state: " .. err, 0) end
   if prev and prev ~= ctx.state.checkpoint then os.remove(ctx.dir .. "/" .. prev) end
@@ -570,9 +683,16 @@ function M.train(opts)
     capacity = c.capacity or m:config().ctx }
   local start = 1
   ctx.state = c.resume and load_state(ctx) or nil
+  if c.advantage == "gae" then ctx.value = new_value_head(m:config().dim) end
   if ctx.state then
     start = ctx.state.step + 1
     rewrite_metrics(ctx)
+    if ctx.value then
+      if type(ctx.state.value_head) ~= "table" then
+        error("train: resume: state.json has no value head (the run did not use gae)", 0)
+      end
+      ctx.value = value_head_from(ctx.state.value_head)
+    end
   else
     -- a fresh run replaces what an earlier run of the same name left
     local f = io.open(ctx.dir .. "/state.json", "r")

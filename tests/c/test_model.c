@@ -129,6 +129,59 @@ static void test_gradients_llama(void) { check_gradients("llama"); }
 static void test_gradients_qwen2(void) { check_gradients("qwen2"); }
 static void test_gradients_qwen3(void) { check_gradients("qwen3"); }
 
+/* mrl_model_hidden / mrl_model_backward_hidden: L = sum_i coef_logp[i] logp_i + sum c . h over
+ * the final hidden states (a head of one's own, such as a critic's); every parameter's gradient
+ * against finite differences. */
+static double hidden_loss(mrl_model *m, const batch *bt, const float *ch) {
+  double l = loss_of(m, bt); /* runs the forward */
+  const float *h = mrl_model_hidden(m);
+  for (int i = 0; i < B * T * m->cfg.dim; i++) l += (double)ch[i] * h[i];
+  return l;
+}
+
+static void test_hidden_states_gradient(void) {
+  mrl_model *m = test_model("qwen2", 9);
+  CHECK(mrl_model_hidden(m) == NULL); /* no forward yet */
+  CHECK(mrl_model_hidden(NULL) == NULL);
+  batch bt = test_batch(5);
+  for (int i = 0; i < B * T; i++) bt.coef_ent[i] = 0.0f;
+  int n = B * T * m->cfg.dim;
+  float *ch = malloc(sizeof(float) * (size_t)n);
+  struct mrl_rng r;
+  mrl__rng_seed(&r, 77);
+  for (int i = 0; i < n; i++) {
+    int cell = i / m->cfg.dim; /* padding positions carry no loss: their states are not real */
+    ch[i] = cell % T < bt.lengths[cell / T] ? (float)mrl__rng_normal(&r) : 0.0f;
+  }
+  MUST(mrl_model_zero_grad(m));
+  MUST(mrl_model_forward(m, bt.tokens, bt.lengths, B, T));
+  CHECK(mrl_model_hidden(m) != NULL);
+  MUST(mrl_model_backward_hidden(m, bt.targets, bt.coef_logp, NULL, ch));
+  float *analytic = malloc(sizeof(float) * (size_t)m->numel);
+  memcpy(analytic, m->grads, sizeof(float) * (size_t)m->numel);
+  const float h = 1e-3f;
+  int bad = 0;
+  double worst = 0.0;
+  for (int64_t k = 0; k < m->numel; k += 3) {
+    float *w = &m->weights[k], saved = *w;
+    *w = saved + h;
+    double up = hidden_loss(m, &bt, ch);
+    *w = saved - h;
+    double down = hidden_loss(m, &bt, ch);
+    *w = saved;
+    double numeric = (up - down) / (2.0 * (double)h), a = analytic[k];
+    double err = fabs(numeric - a);
+    if (err > 2e-3 + 2e-2 * fmax(fabs(numeric), fabs(a)) && bad++ < 8)
+      CHECKF(0, "weight %lld: analytic %.6g, numeric %.6g", (long long)k, a, numeric);
+    if (err > worst) worst = err;
+  }
+  check_note("hidden-state loss: max |analytic - numeric| %.2e over every third weight", worst);
+  CHECK(bad == 0);
+  free(analytic);
+  free(ch);
+  mrl_model_free(m);
+}
+
 /* Every parameter must receive some gradient (a path left out would show as zeros). */
 static void test_every_parameter_gets_gradient(void) {
   const char *kinds[] = {"llama", "qwen2", "qwen3"};
@@ -307,6 +360,7 @@ static void test_errors(void) {
 }
 
 static const test_case tests[] = {{"gradients_llama", test_gradients_llama},
+                                  {"hidden_states_gradient", test_hidden_states_gradient},
                                   {"gradients_qwen2", test_gradients_qwen2},
                                   {"gradients_qwen3", test_gradients_qwen3},
                                   {"every_parameter_gets_gradient", test_every_parameter_gets_gradient},

@@ -271,3 +271,148 @@ describe("the policy gradient through the model", function()
     assert.are.equal(3, checked)
   end)
 end)
+
+describe("the critic: rl.objective.gae, rl.objective.value_loss and a value head", function()
+  -- rewards on sampled tokens (a turn's reward on its last), values anywhere
+  local rew_v, val_v = {}, {}
+  local r = rl.rng(17)
+  for i = 1, #mask_v do
+    rew_v[i] = mask_v[i] * (r:random() < 0.4 and (r:random() - 0.3) or 0)
+    val_v[i] = r:random() - 0.5
+  end
+
+  it("GAE over the flat batch equals rl.advantage.gae on the packed sampled tokens", function()
+    local adv, ret = rl.objective.gae { rewards = flat(rew_v), values = flat(val_v),
+      mask = flat(mask_v), offsets = offsets, episodes = { 1, 2, 3 }, gamma = 0.9, lambda = 0.8 }
+    -- the same tokens, packed into rows by hand (sampled tokens only, right-padded)
+    local rows, pos = {}, {}
+    for e = 1, 3 do
+      rows[e], pos[e] = { r = {}, v = {}, m = {} }, {}
+      for i = offsets[e] + 1, offsets[e + 1] do
+        if mask_v[i] == 1 then
+          local row = rows[e]
+          row.r[#row.r + 1], row.v[#row.v + 1], row.m[#row.m + 1] = rew_v[i], val_v[i], 1
+          pos[e][#pos[e] + 1] = i
+        end
+      end
+    end
+    local width = 0
+    for e = 1, 3 do width = math.max(width, #rows[e].r) end
+    local R, V, M = {}, {}, {}
+    for e = 1, 3 do
+      for j = #rows[e].r + 1, width do rows[e].r[j], rows[e].v[j], rows[e].m[j] = 0, 0, 0 end
+      R[e], V[e], M[e] = rows[e].r, rows[e].v, rows[e].m
+    end
+    local want = rl.advantage.gae({ token_level_rewards = R, values = V, response_mask = M },
+      { gamma = 0.9, lam = 0.8 })
+    for e = 1, 3 do
+      for j, i in ipairs(pos[e]) do
+        assert.is_near(want.advantages[e][j], adv:get(i), 1e-5)
+        assert.is_near(want.returns[e][j], ret:get(i), 1e-5)
+      end
+    end
+    for i = 1, #mask_v do
+      if mask_v[i] == 0 then assert.are.equal(0, adv:get(i)) end
+    end
+  end)
+
+  it("the clipped value loss and its gradient match the definition and finite differences", function()
+    local old, ret = {}, {}
+    for i = 1, #mask_v do old[i], ret[i] = val_v[i] + 0.3 * (r:random() - 0.5), r:random() end
+    local function stats(v)
+      return rl.objective.value_loss { values = flat(v), old_values = flat(old), returns = flat(ret),
+        mask = flat(mask_v), offsets = offsets, episodes = { 1, 2, 3 }, clip = 0.1, coef = 0.5 }
+    end
+    local s, dv = stats(val_v)
+    local sum, n = 0, 0
+    for i = 1, #mask_v do
+      if mask_v[i] == 1 then
+        local c = math.min(math.max(val_v[i], old[i] - 0.1), old[i] + 0.1)
+        sum, n = sum + math.max((val_v[i] - ret[i]) ^ 2, (c - ret[i]) ^ 2), n + 1
+      end
+    end
+    assert.is_near(0.5 * 0.5 * sum / n, s.loss, 1e-6)
+    for i = 1, #mask_v do
+      if mask_v[i] == 1 then
+        local v = { table.unpack(val_v) }
+        v[i] = val_v[i] + 1e-3
+        local up = stats(v).loss
+        v[i] = val_v[i] - 1e-3
+        local down = stats(v).loss
+        assert.is_near((up - down) / 2e-3, dv:get(i), 1e-3)
+      else
+        assert.are.equal(0, dv:get(i))
+      end
+    end
+  end)
+
+  it("a value head's values, its gradients and the model's match finite differences", function()
+    local m = rl.model.new { vocab = 264, dim = 16, layers = 1, heads = 2, ffn = 32, ctx = 32, seed = 6 }
+    local tokens = {}
+    for i = 1, #mask_v do tokens[i] = r:random(0, 255) end
+    local batch = { tokens = flat(tokens), mask = flat(mask_v), offsets = offsets, episodes = { 1, 2, 3 } }
+    local w = T.randn({ 16 }, 3):scale(0.5)
+    local head = { w = w, b = 0.25 }
+    local coef = {}
+    for i = 1, #mask_v do coef[i] = mask_v[i] * (r:random() - 0.5) end
+    local function objective()
+      local _, _, v = m:forward_batch { tokens = batch.tokens, mask = batch.mask, offsets = offsets,
+        episodes = batch.episodes, value = head }
+      local s = 0
+      for i = 1, #mask_v do s = s + coef[i] * v:get(i) end
+      return s, v
+    end
+    local _, v = objective()
+    for i = 1, #mask_v do
+      if mask_v[i] == 0 then assert.are.equal(0, v:get(i)) end
+    end
+    local zeros = T.zeros { #mask_v }
+    local dw, db = m:backward_batch { tokens = batch.tokens, mask = batch.mask, offsets = offsets,
+      episodes = batch.episodes, dlogprobs = zeros, value = head, dvalues = flat(coef) }
+    local sum_c = 0
+    for i = 1, #mask_v do sum_c = sum_c + coef[i] end
+    assert.is_near(sum_c, db, 1e-5) -- d/db of sum c v is sum c
+    for _, j in ipairs { 1, 7, 16 } do
+      local w0 = w:get(j)
+      w:set(j, w0 + 1e-2)
+      local up = objective()
+      w:set(j, w0 - 1e-2)
+      local down = objective()
+      w:set(j, w0)
+      assert.is_near((up - down) / 2e-2, dw:get(j), 1e-3 + 1e-2 * math.abs(dw:get(j)))
+    end
+    local params, grads = m:parameters(), m:parameters(true)
+    for _, name in ipairs { "model.layers.0.mlp.down_proj.weight", "model.norm.weight" } do
+      local fw, fg = params[name]:reshape(params[name]:numel()), grads[name]:reshape(grads[name]:numel())
+      local best, bi = -1, 1
+      for i = 1, fg:numel() do
+        if math.abs(fg:get(i)) > best then best, bi = math.abs(fg:get(i)), i end
+      end
+      assert.is_true(best > 0, name .. " got no gradient")
+      local w0 = fw:get(bi)
+      fw:set(bi, w0 + 1e-2)
+      local up = objective()
+      fw:set(bi, w0 - 1e-2)
+      local down = objective()
+      fw:set(bi, w0)
+      local fd = (up - down) / 2e-2
+      assert.is_near(fd, fg:get(bi), 2e-2 * math.abs(fd) + 1e-5)
+    end
+  end)
+
+  it("names bad arguments", function()
+    local m = rl.model.new { vocab = 264, dim = 16, layers = 1, heads = 2, ffn = 32, ctx = 32, seed = 6 }
+    local b = { tokens = T.zeros { #mask_v }, mask = flat(mask_v), offsets = offsets, episodes = { 1 } }
+    b.value = { w = T.zeros { 8 } }
+    H.assert_error(function() m:forward_batch(b) end, "value.w: a contiguous 1-D tensor of 16")
+    b.value = { w = T.zeros { 16 }, b = "x" }
+    H.assert_error(function() m:forward_batch(b) end, "value.b")
+    b.value = { w = T.zeros { 16 } }
+    m:forward_batch(b)
+    b.dlogprobs = T.zeros { #mask_v }
+    H.assert_error(function() m:backward_batch(b) end, "value and dvalues")
+    H.assert_error(function()
+      rl.objective.gae { rewards = flat(rew_v), mask = flat(mask_v), offsets = offsets, episodes = { 1 } }
+    end, "values: a tensor expected")
+  end)
+end)

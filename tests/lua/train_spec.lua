@@ -41,12 +41,12 @@ local letter_env = {
   end,
 }
 
-local function learn(lr, dir)
+local function learn(lr, dir, advantage)
   local m = rl.model.new { vocab = 264, dim = 32, layers = 1, heads = 2, ffn = 64, ctx = 32, seed = 3 }
   local r = rl.train {
     model = m, tokenizer = tok, env = letter_env, dir = dir, seed = 4, steps = 15,
     tasks_per_step = 4, group_size = 16, max_turn_tokens = 1, lr = lr, minibatch = 16,
-    eval = false, progress = false, plot = false,
+    eval = false, progress = false, plot = false, advantage = advantage, value_lr = 1e-2,
   }
   local first = (r.history[2].success + r.history[3].success) / 2
   local last = (r.history[#r.history].success + r.history[#r.history - 1].success) / 2
@@ -60,6 +60,16 @@ describe("rl.train", function()
     assert.is_true(first < 0.4, "success at the start " .. first)
     assert.is_true(last > 0.8, "success at the end " .. last)
     local f0, l0 = learn(0, dir) -- the same run with a zero learning rate learns nothing
+    assert.is_true(l0 < 0.4 and f0 < 0.4, string.format("lr 0: %.2f -> %.2f", f0, l0))
+    H.sh("rm -rf " .. H.shell_quote(dir))
+  end)
+
+  it("learns it with PPO and a critic (advantage = \"gae\"), and not without updates", function()
+    local dir = tmpdir()
+    local first, last = learn(1e-2, dir, "gae")
+    assert.is_true(first < 0.4, "success at the start " .. first)
+    assert.is_true(last > 0.8, "success at the end " .. last)
+    local f0, l0 = learn(0, dir, "gae")
     assert.is_true(l0 < 0.4 and f0 < 0.4, string.format("lr 0: %.2f -> %.2f", f0, l0))
     H.sh("rm -rf " .. H.shell_quote(dir))
   end)
@@ -80,34 +90,37 @@ describe("rl.train", function()
     return rl.train(o), o.model
   end
 
-  it("continues bit-exactly after an interruption (resume = true)", function()
-    local dir = tmpdir()
-    local full, m_full = run(dir, "full")
-    local _, m_cut = run(dir, "cut", { stop_after = 2 })
-    local part = read_lines(dir .. "/cut/metrics.jsonl")
-    assert.are.equal(3, #part) -- step 0 (after SFT) and steps 1, 2
-    -- a fresh process would start from a new model: the weights must come from the checkpoint
-    local resumed, m_res = run(dir, "cut", { resume = true })
-    assert.are_not.equal(m_cut, m_res)
-    local a, b = m_full:parameters(), m_res:parameters()
-    local n = 0
-    for name, w in pairs(a) do
-      assert.are.equal(0, w:max_abs_diff(b[name]), name)
-      n = n + 1
-    end
-    assert.is_true(n > 5)
-    local lf, lr = read_lines(dir .. "/full/metrics.jsonl"), read_lines(dir .. "/cut/metrics.jsonl")
-    assert.are.equal(#lf, #lr)
-    for i, rec in ipairs(lf) do
-      for k, v in pairs(rec) do
-        if not k:match("^time/") and k ~= "tokens_per_s" then
-          assert.are.equal(v, lr[i][k], "step " .. rec.step .. " " .. k)
+  for _, variant in ipairs { { name = "gigpo" }, { name = "gae", advantage = "gae" } } do
+    it("continues bit-exactly after an interruption (resume = true): " .. variant.name, function()
+      local dir = tmpdir()
+      local extra = function(t) t.advantage = variant.advantage or base.advantage return t end
+      local full, m_full = run(dir, "full", extra {})
+      local _, m_cut = run(dir, "cut", extra { stop_after = 2 })
+      local part = read_lines(dir .. "/cut/metrics.jsonl")
+      assert.are.equal(3, #part) -- step 0 (after SFT) and steps 1, 2
+      -- a fresh process would start from a new model: the weights must come from the checkpoint
+      local resumed, m_res = run(dir, "cut", extra { resume = true })
+      assert.are_not.equal(m_cut, m_res)
+      local a, b = m_full:parameters(), m_res:parameters()
+      local n = 0
+      for name, w in pairs(a) do
+        assert.are.equal(0, w:max_abs_diff(b[name]), name)
+        n = n + 1
+      end
+      assert.is_true(n > 5)
+      local lf, lr = read_lines(dir .. "/full/metrics.jsonl"), read_lines(dir .. "/cut/metrics.jsonl")
+      assert.are.equal(#lf, #lr)
+      for i, rec in ipairs(lf) do
+        for k, v in pairs(rec) do
+          if not k:match("^time/") and k ~= "tokens_per_s" then
+            assert.are.equal(v, lr[i][k], "step " .. rec.step .. " " .. k)
+          end
         end
       end
-    end
-    assert.are.equal(full.after["eval/greedy_success"], resumed.after["eval/greedy_success"])
-    H.sh("rm -rf " .. H.shell_quote(dir))
-  end)
+      assert.are.equal(full.after["eval/greedy_success"], resumed.after["eval/greedy_success"])
+      H.sh("rm -rf " .. H.shell_quote(dir))
+    end)
+  end
 
   it("writes metrics, readable episodes, an SVG curve and one checkpoint", function()
     local dir = tmpdir()
