@@ -92,6 +92,17 @@ embed_static() {
 }
 check "embed.c links libmoonrl.a with pkg-config --static and runs leak-free" embed_static
 
+rl_loop_shared() {
+  # shellcheck disable=SC2046
+  cc -std=c11 -Wall -Wextra -Werror $SAN engine/examples/rl_loop.c \
+    $(pkg-config --cflags --libs moonrl) -Wl,-rpath,"$STAGE/lib" -o "$tmp/rl_loop" || return 1
+  ASAN_OPTIONS=detect_leaks=1 "$tmp/rl_loop" >"$tmp/rl_loop.out"
+  rc=$?
+  tail -n 3 "$tmp/rl_loop.out"
+  return $rc
+}
+check "rl_loop.c (RL from C alone) builds against moonrl.pc, learns its task, runs leak-free" rl_loop_shared
+
 # (a sanitizer build adds its own __odr_asan / __asan symbols, which are not ours to name)
 exports_prefixed() {
   bad=$(nm -D --defined-only "$STAGE/lib/libmoonrl.so" | awk '{print $3}' | grep -v '^mrl_' |
