@@ -13,6 +13,8 @@ typedef struct {
   mrl_chat_template chat;
   int32_t stop;      /* end-of-turn token of the template */
   int32_t bos;       /* a leading token to drop from continuations (Llama 3's), or -1 */
+  int32_t sep[4];    /* what the template puts after an end-of-turn token (ChatML's "\n") */
+  int nsep;
   int32_t *ids;      /* render scratch */
   size_t ids_cap;
   char *text;        /* decode scratch */
@@ -60,6 +62,14 @@ static mrl_status resolve_template(driver *d, const char *fn) {
                      "no chat template with an end-of-turn token fits this tokenizer");
   d->chat = t;
   d->bos = t == MRL_CHAT_LLAMA3 ? token_id(tok, "<|begin_of_text|>") : -1;
+  d->nsep = 0;
+  if (t == MRL_CHAT_CHATML) {
+    size_t n = 0;
+    mrl_status st = mrl_tokenizer_encode(d->tok, "\n", 1, 0, d->sep, 4, &n);
+    if (st) return st;
+    if (n > 4) return mrl__fail(engine_of(d), MRL_ERR_UNSUPPORTED, fn, "\"\\n\" is %zu tokens", n);
+    d->nsep = (int)n;
+  }
   return MRL_OK;
 }
 
@@ -219,18 +229,25 @@ mrl_status mrl_rollout_run(mrl_rollout *r, mrl_tokenizer *tok, int n, mrl_env *c
           ids++;
           count--;
         }
-        if ((int64_t)p->length + (int64_t)count > r->capacity) {
+        /* the template between the action and the next message: a turn cut by the token limit
+         * is closed with the end-of-turn token, then what follows one (ChatML's "\n") */
+        int32_t pre[5];
+        size_t npre = 0;
+        if (reasons[i] != MRL_TURN_STOP) pre[npre++] = d.stop;
+        for (int k = 0; k < d.nsep; k++) pre[npre++] = d.sep[k];
+        if ((int64_t)p->length + (int64_t)(npre + count) > r->capacity) {
           p->end = MRL_END_BUDGET;
           continue;
         }
-        if (!grow(&d, (void **)&obs_ids, &obs_cap, obs_total + count, sizeof(int32_t)) ||
+        if (!grow(&d, (void **)&obs_ids, &obs_cap, obs_total + npre + count, sizeof(int32_t)) ||
             !grow(&d, (void **)&obs_eps, &obs_eps_cap, (size_t)n_obs + 1, sizeof(int))) {
           st = mrl__fail(eng, MRL_ERR_NOMEM, fn, "out of memory");
           goto done;
         }
-        memcpy(obs_ids + obs_total, ids, sizeof(int32_t) * count);
-        obs_total += count;
-        counts[n_obs] = (int)count;
+        memcpy(obs_ids + obs_total, pre, sizeof(int32_t) * npre);
+        memcpy(obs_ids + obs_total + npre, ids, sizeof(int32_t) * count);
+        obs_total += npre + count;
+        counts[n_obs] = (int)(npre + count);
         obs_eps[n_obs++] = e;
       }
     }

@@ -119,6 +119,7 @@ static size_t encode(setup *s, const char *text, int32_t *ids, size_t cap) {
 
 static void test_mask_and_template(void) {
   setup s = make_setup(N, 200);
+  int cut_turns = 0;
   digit_env envs[N];
   default_envs(envs);
   uint64_t seeds[N] = {1, 2, 3, 4};
@@ -150,9 +151,16 @@ static void test_mask_and_template(void) {
       }
       CHECKF(pos > start, "episode %d turn %d sampled nothing", e, k);
       CHECK(pos - start <= 12);
-      CHECK(t[pos - 1] == MRL_TOKEN_END || pos - start == 12);
+      bool cut = t[pos - 1] != MRL_TOKEN_END;
+      CHECK(!cut || pos - start == 12);
       digit = (digit + 3) % 10;
       if (k + 1 == turns) break;
+      if (cut) { /* a turn cut by the limit is closed by the template's end token, not sampled */
+        CHECKF(t[pos] == MRL_TOKEN_END && mask[pos] == 0.0f && turn[pos] == k,
+               "episode %d turn %d: a cut turn is not closed", e, k);
+        cut_turns++;
+        pos++;
+      }
       snprintf(text, sizeof text, "<|user|>now %d<|end|><|assistant|>", digit);
       size_t no = encode(&s, text, want, 64);
       CHECKF(memcmp(t + pos, want, no * sizeof(int32_t)) == 0, "episode %d observation %d", e, k);
@@ -161,6 +169,8 @@ static void test_mask_and_template(void) {
     }
     CHECKF(pos == len, "episode %d: %d tokens accounted for, %d recorded", e, pos, len);
   }
+  check_note("%d of the turns were cut by the token limit", cut_turns);
+  CHECK(cut_turns > 0); /* a random policy rarely says <|end|> within 12 tokens */
   free_setup(&s);
 }
 

