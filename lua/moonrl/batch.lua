@@ -36,7 +36,9 @@ local function success_of(ep)
   return (ep.reward or 0) > 0
 end
 
--- rl.batch.new{tokens=, logprobs=, mask=, turns=, offsets=, episodes=}: checks the layout.
+-- rl.batch.new{tokens=, logprobs=, mask=, turns=, offsets=, episodes=}: checks the layout. An
+-- episode table needs reward and group; length (from offsets), turns (#record), end ("done"),
+-- agent (1) and success are filled in when missing (batches made by hand or imported).
 function M.new(t)
   assert(type(t) == "table", "batch: a table expected")
   local n = #t.episodes
@@ -45,9 +47,12 @@ function M.new(t)
     assert(core.tensor.is_tensor(t[k]), "batch: " .. k .. " must be a tensor")
     assert(t[k]:numel() == t.offsets[n + 1], "batch: " .. k .. " does not match offsets")
   end
-  for _, ep in ipairs(t.episodes) do
+  for i, ep in ipairs(t.episodes) do
     ep.agent = ep.agent or 1
     if ep.success == nil then ep.success = success_of(ep) end
+    ep.length = ep.length or (t.offsets[i + 1] - t.offsets[i])
+    ep.turns = ep.turns or (ep.record and #ep.record or 0)
+    ep["end"] = ep["end"] or "done"
   end
   return setmetatable(t, Batch)
 end
