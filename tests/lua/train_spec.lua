@@ -299,6 +299,10 @@ describe("rl.train", function()
       { group = 1, reward = 0, ["end"] = "max_turns", record = rec { "ok", "ok", "ok", "ok" } }, -- fatal at 4
     }
     local b = fake_batch(eps)
+    local st = b:stats() -- a hand-made batch: lengths and turn counts filled in from the layout
+    assert.are.equal(9, st.length_mean)
+    assert.are.equal(4, st.turns_mean)
+    assert.are.same({ 2, 2 }, { st.ends.done, st.ends.max_turns })
     local adv, _, fatal = advantages({ cfg = { advantage = "grpo", fatal = { threshold = 3 } } }, b)
     assert.are.equal(2, fatal)
     local v1, v3, v4 = turn_values(b, adv, 1), turn_values(b, adv, 3), turn_values(b, adv, 4)
