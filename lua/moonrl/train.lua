@@ -91,6 +91,31 @@ local function check_options(o)
       "tree: {turn = n >= 1, k = n >= 2} expected")
     need(c.group_size % t.k == 0, "tree: group_size must be a multiple of tree.k")
     need(t.turn < c.max_turns, "tree: turn must be less than max_turns")
+    local probe = o.env.new()
+    need(type(probe) == "table" and type(probe.clone) == "function",
+      "tree: the environment's instances need a clone() method")
+  end
+  local function number_in(k, lo, hi)
+    need(type(c[k]) == "number" and c[k] >= lo and c[k] <= hi,
+      string.format("%s: a number in [%g, %g] expected", k, lo, hi))
+  end
+  number_in("gamma", 0, 1)
+  number_in("lam", 0, 1)
+  number_in("value_coef", 0, math.huge)
+  number_in("value_clip", 0, math.huge)
+  if c.value_lr ~= nil then number_in("value_lr", 0, math.huge) end
+  if c.fatal ~= nil and c.fatal ~= false then
+    need(c.fatal == true or (type(c.fatal) == "table" and (c.fatal.threshold == nil or
+      (math.type(c.fatal.threshold) == "integer" and c.fatal.threshold >= 1))),
+      "fatal: true or {threshold = n >= 1} expected")
+  end
+  if c.milestone ~= nil then
+    need(type(c.milestone) == "table", "milestone: a table {gamma =, scale =, weight =, mode =} expected")
+    for _, k in ipairs { "gamma", "scale", "weight" } do
+      need(c.milestone[k] == nil or type(c.milestone[k]) == "number", "milestone." .. k .. ": a number expected")
+    end
+    need(c.milestone.mode == nil or c.milestone.mode == "mean_norm" or c.milestone.mode == "mean_std_norm",
+      "milestone.mode: \"mean_norm\" or \"mean_std_norm\" expected")
   end
   c.minibatch = c.minibatch or c.tasks_per_step * c.group_size
   need(math.type(c.minibatch) == "integer" and c.minibatch >= 1,

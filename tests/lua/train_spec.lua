@@ -326,6 +326,15 @@ describe("rl.train", function()
     assert.matches("steps: a positive integer", err { steps = 0 })
     assert.matches("name: letters", err { name = "../x" })
     assert.matches("tasks%(%) is missing", err { env = { name = "x", new = function() end } })
+    local noclone = { name = "nc", max_turns = 3, tasks = function() return {} end,
+      new = function() return { reset = function() return "" end, step = function() end } end }
+    assert.matches("tree: the environment's instances need a clone%(%) method",
+      err { env = noclone, tree = { turn = 1, k = 2 }, group_size = 4 })
+    assert.matches("tree: turn must be less than max_turns", err { tree = { turn = 4, k = 2 }, group_size = 4 })
+    assert.matches("lam: a number in %[0, 1%]", err { advantage = "gae", lam = 1.5 })
+    assert.matches("value_clip", err { advantage = "gae", value_clip = -1 })
+    assert.matches("fatal: true or", err { fatal = { threshold = 0 } })
+    assert.matches("milestone.mode", err { advantage = "beacon", milestone = { mode = "x" } })
     local ok, msg = pcall(rl.train, { tokenizer = tok, env = guess })
     assert.is_false(ok)
     assert.matches("model", msg)
