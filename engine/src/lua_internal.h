@@ -32,6 +32,13 @@ mrl_tensor *mrl__lua_test_tensor(lua_State *L, int idx); /* NULL if not an open 
 /* Pushes a Lua tensor that takes ownership of t (t may be NULL only on the error path). */
 void mrl__lua_push_tensor(lua_State *L, mrl_tensor *t);
 
+/* Fields of an options table at idx: the value, or dflt when the field is nil; another type
+ * raises "bad argument #idx (key: integer expected, got ...)". A string stays valid as long as
+ * the table holds it. */
+lua_Integer mrl__lua_opt_integer(lua_State *L, int idx, const char *key, lua_Integer dflt);
+double mrl__lua_opt_number(lua_State *L, int idx, const char *key, double dflt);
+const char *mrl__lua_opt_string(lua_State *L, int idx, const char *key, const char *dflt);
+
 /* Raises the engine's last error for a failed status: an argument error on `arg` when arg > 0,
  * otherwise a plain error. The "mrl_xxx: " prefix of the C message is dropped. */
 int mrl__lua_raise(lua_State *L, mrl_engine *e, mrl_status st, int arg);

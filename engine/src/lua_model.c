@@ -38,33 +38,6 @@ static int raise_model(lua_State *L, mrl_model *m, mrl_status st, int arg) {
 
 /* ---- tables of options ---- */
 
-static lua_Integer opt_int_field(lua_State *L, int idx, const char *key, lua_Integer dflt) {
-  int type = lua_getfield(L, idx, key);
-  lua_Integer v = dflt;
-  if (type != LUA_TNIL) {
-    int ok;
-    v = lua_tointegerx(L, -1, &ok);
-    if (!ok || type != LUA_TNUMBER)
-      luaL_argerror(L, idx, lua_pushfstring(L, "%s: integer expected, got %s", key,
-                                            luaL_typename(L, -1)));
-  }
-  lua_pop(L, 1);
-  return v;
-}
-
-static double opt_num_field(lua_State *L, int idx, const char *key, double dflt) {
-  int type = lua_getfield(L, idx, key);
-  double v = dflt;
-  if (type != LUA_TNIL) {
-    if (type != LUA_TNUMBER)
-      luaL_argerror(L, idx, lua_pushfstring(L, "%s: number expected, got %s", key,
-                                            luaL_typename(L, -1)));
-    v = lua_tonumber(L, -1);
-  }
-  lua_pop(L, 1);
-  return v;
-}
-
 static int opt_bool_field(lua_State *L, int idx, const char *key, int dflt) {
   int type = lua_getfield(L, idx, key);
   int v = dflt;
@@ -200,22 +173,22 @@ static int l_new(lua_State *L) {
                                                "expected, got \"%s\"", arch));
   }
   lua_pop(L, 1);
-  c.vocab = positive_int(L, 1, "vocab", opt_int_field(L, 1, "vocab", c.vocab));
-  c.dim = positive_int(L, 1, "dim", opt_int_field(L, 1, "dim", c.dim));
-  c.layers = positive_int(L, 1, "layers", opt_int_field(L, 1, "layers", c.layers));
-  c.heads = positive_int(L, 1, "heads", opt_int_field(L, 1, "heads", c.heads));
-  c.kv_heads = positive_int(L, 1, "kv_heads", opt_int_field(L, 1, "kv_heads", c.heads));
-  c.ffn = positive_int(L, 1, "ffn", opt_int_field(L, 1, "ffn", 3 * c.dim));
-  c.ctx = positive_int(L, 1, "ctx", opt_int_field(L, 1, "ctx", c.ctx));
-  lua_Integer hd = opt_int_field(L, 1, "head_dim", 0);
+  c.vocab = positive_int(L, 1, "vocab", mrl__lua_opt_integer(L, 1, "vocab", c.vocab));
+  c.dim = positive_int(L, 1, "dim", mrl__lua_opt_integer(L, 1, "dim", c.dim));
+  c.layers = positive_int(L, 1, "layers", mrl__lua_opt_integer(L, 1, "layers", c.layers));
+  c.heads = positive_int(L, 1, "heads", mrl__lua_opt_integer(L, 1, "heads", c.heads));
+  c.kv_heads = positive_int(L, 1, "kv_heads", mrl__lua_opt_integer(L, 1, "kv_heads", c.heads));
+  c.ffn = positive_int(L, 1, "ffn", mrl__lua_opt_integer(L, 1, "ffn", 3 * c.dim));
+  c.ctx = positive_int(L, 1, "ctx", mrl__lua_opt_integer(L, 1, "ctx", c.ctx));
+  lua_Integer hd = mrl__lua_opt_integer(L, 1, "head_dim", 0);
   if (hd < 0 || hd > 1 << 16) return luaL_argerror(L, 1, "head_dim: must be >= 0");
   c.head_dim = (int)hd;
-  c.rope_theta = (float)opt_num_field(L, 1, "rope_theta", c.rope_theta);
-  c.norm_eps = (float)opt_num_field(L, 1, "norm_eps", c.norm_eps);
+  c.rope_theta = (float)mrl__lua_opt_number(L, 1, "rope_theta", c.rope_theta);
+  c.norm_eps = (float)mrl__lua_opt_number(L, 1, "norm_eps", c.norm_eps);
   c.tie_embeddings = opt_bool_field(L, 1, "tie", !strcmp(arch, "llama"));
   c.qkv_bias = opt_bool_field(L, 1, "qkv_bias", c.qkv_bias);
   c.qk_norm = opt_bool_field(L, 1, "qk_norm", c.qk_norm);
-  lua_Integer seed = opt_int_field(L, 1, "seed", 0);
+  lua_Integer seed = mrl__lua_opt_integer(L, 1, "seed", 0);
   mrl_engine *e = mrl__lua_engine(L);
   lmodel *b = push_model(L, NULL);
   mrl_status st = mrl_model_new(e, &c, (uint64_t)seed, &b->m);
@@ -363,7 +336,7 @@ static int m_logprobs(lua_State *L) {
 /* m:accumulate{tokens=, mask= [, scale = 1]} -> mean loss: adds the gradient of scale * the
  * mean masked next-token cross-entropy over the batch. */
 static int accumulate(lua_State *L, mrl_model *m, int opts, double *loss, int64_t *count) {
-  double scale = opt_num_field(L, opts, "scale", 1.0);
+  double scale = mrl__lua_opt_number(L, opts, "scale", 1.0);
   lua_getfield(L, opts, "tokens");
   int tok_idx = lua_gettop(L);
   token_batch tb = read_batch(L, tok_idx, opts, "tokens", m->cfg.vocab, m->cfg.ctx);
@@ -403,12 +376,12 @@ static int m_accumulate(lua_State *L) {
  * clips, takes an AdamW step and zeroes the gradients. */
 static double optimizer_step(lua_State *L, mrl_model *m, int opts) {
   mrl_adamw opt;
-  opt.lr = (float)opt_num_field(L, opts, "lr", 1e-3);
-  opt.weight_decay = (float)opt_num_field(L, opts, "weight_decay", 0.0);
-  opt.beta1 = (float)opt_num_field(L, opts, "beta1", 0.9);
-  opt.beta2 = (float)opt_num_field(L, opts, "beta2", 0.95);
-  opt.eps = (float)opt_num_field(L, opts, "eps", 1e-8);
-  double clip = opt_num_field(L, opts, "clip", 1.0), norm = 0.0;
+  opt.lr = (float)mrl__lua_opt_number(L, opts, "lr", 1e-3);
+  opt.weight_decay = (float)mrl__lua_opt_number(L, opts, "weight_decay", 0.0);
+  opt.beta1 = (float)mrl__lua_opt_number(L, opts, "beta1", 0.9);
+  opt.beta2 = (float)mrl__lua_opt_number(L, opts, "beta2", 0.95);
+  opt.eps = (float)mrl__lua_opt_number(L, opts, "eps", 1e-8);
+  double clip = mrl__lua_opt_number(L, opts, "clip", 1.0), norm = 0.0;
   mrl_status st = mrl_model_clip_grad(m, clip, &norm);
   if (st == MRL_OK) st = mrl_model_adamw_step(m, &opt);
   if (st) raise_model(L, m, st, opts);
@@ -736,12 +709,12 @@ static int m_generate(lua_State *L) {
   mrl_model *m = lm->m;
   luaL_checktype(L, 2, LUA_TTABLE);
   mrl_sampling s;
-  s.temperature = (float)opt_num_field(L, 2, "temperature", 1.0);
-  s.top_k = (int)opt_int_field(L, 2, "top_k", 0);
-  s.top_p = (float)opt_num_field(L, 2, "top_p", 1.0);
-  s.min_p = (float)opt_num_field(L, 2, "min_p", 0.0);
-  lua_Integer max_new = opt_int_field(L, 2, "max_new_tokens", 64);
-  lua_Integer seed = opt_int_field(L, 2, "seed", 0);
+  s.temperature = (float)mrl__lua_opt_number(L, 2, "temperature", 1.0);
+  s.top_k = (int)mrl__lua_opt_integer(L, 2, "top_k", 0);
+  s.top_p = (float)mrl__lua_opt_number(L, 2, "top_p", 1.0);
+  s.min_p = (float)mrl__lua_opt_number(L, 2, "min_p", 0.0);
+  lua_Integer max_new = mrl__lua_opt_integer(L, 2, "max_new_tokens", 64);
+  lua_Integer seed = mrl__lua_opt_integer(L, 2, "seed", 0);
   if (max_new < 1) return luaL_argerror(L, 2, "max_new_tokens: must be >= 1");
   lua_getfield(L, 2, "prompts");
   int p_idx = lua_gettop(L);

@@ -97,6 +97,37 @@ int mrl__lua_traceback(lua_State *L) {
 /* ---- rl.rng(seed): a seeded random stream (the engine's xoshiro256**), the same numbers on
  * every machine; environments get one per episode. ---- */
 
+/* ---- options tables (lua_internal.h) ---- */
+
+static int field_type_error(lua_State *L, int idx, const char *key, const char *want) {
+  return luaL_argerror(L, idx, lua_pushfstring(L, "%s: %s expected, got %s", key, want,
+                                                luaL_typename(L, -1)));
+}
+
+lua_Integer mrl__lua_opt_integer(lua_State *L, int idx, const char *key, lua_Integer dflt) {
+  int type = lua_getfield(L, idx, key), ok = 1;
+  lua_Integer v = type == LUA_TNIL ? dflt : lua_tointegerx(L, -1, &ok);
+  if (type != LUA_TNIL && (type != LUA_TNUMBER || !ok)) field_type_error(L, idx, key, "integer");
+  lua_pop(L, 1);
+  return v;
+}
+
+double mrl__lua_opt_number(lua_State *L, int idx, const char *key, double dflt) {
+  int type = lua_getfield(L, idx, key);
+  if (type != LUA_TNIL && type != LUA_TNUMBER) field_type_error(L, idx, key, "number");
+  double v = type == LUA_TNIL ? dflt : lua_tonumber(L, -1);
+  lua_pop(L, 1);
+  return v;
+}
+
+const char *mrl__lua_opt_string(lua_State *L, int idx, const char *key, const char *dflt) {
+  int type = lua_getfield(L, idx, key);
+  if (type != LUA_TNIL && type != LUA_TSTRING) field_type_error(L, idx, key, "string");
+  const char *v = type == LUA_TNIL ? dflt : lua_tostring(L, -1);
+  lua_pop(L, 1);
+  return v;
+}
+
 #define RNG_MT "moonrl.rng"
 
 typedef struct {

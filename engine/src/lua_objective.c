@@ -10,28 +10,6 @@
 
 /* ---- argument helpers ---- */
 
-static double opt_num(lua_State *L, int opts, const char *key, double dflt) {
-  int type = lua_getfield(L, opts, key);
-  double v = dflt;
-  if (type != LUA_TNIL) {
-    if (type != LUA_TNUMBER) luaL_argerror(L, opts, lua_pushfstring(L, "%s: a number expected", key));
-    v = lua_tonumber(L, -1);
-  }
-  lua_pop(L, 1);
-  return v;
-}
-
-static const char *opt_str(lua_State *L, int opts, const char *key, const char *dflt) {
-  int type = lua_getfield(L, opts, key);
-  const char *v = dflt;
-  if (type != LUA_TNIL) {
-    if (type != LUA_TSTRING) luaL_argerror(L, opts, lua_pushfstring(L, "%s: a string expected", key));
-    v = lua_tostring(L, -1); /* kept alive by the options table */
-  }
-  lua_pop(L, 1);
-  return v;
-}
-
 /* Scratch memory owned by a userdata left on the stack (freed by the GC, also on errors). */
 static void *scratch(lua_State *L, int64_t count, size_t elem) {
   size_t n = (size_t)(count > 0 ? count : 1) * elem;
@@ -129,7 +107,7 @@ static const struct {
 static int l_advantage(lua_State *L) {
   luaL_checktype(L, 1, LUA_TTABLE);
   luaL_checkstack(L, 48, "objective");
-  const char *method = opt_str(L, 1, "method", "grpo");
+  const char *method = mrl__lua_opt_string(L, 1, "method", "grpo");
   size_t k = 0, n_methods = sizeof outcome_methods / sizeof outcome_methods[0];
   while (k < n_methods && strcmp(outcome_methods[k].name, method) != 0) k++;
   if (k == n_methods)
@@ -150,9 +128,9 @@ static int l_advantage(lua_State *L) {
   }
   mrl_outcome_opts o;
   mrl_outcome_defaults(&o);
-  o.epsilon = opt_num(L, 1, "epsilon", o.epsilon);
-  o.f_norm = opt_num(L, 1, "f_norm", o.f_norm);
-  o.norm_by_std = (int)opt_num(L, 1, "norm_by_std", outcome_methods[k].norm_by_std);
+  o.epsilon = mrl__lua_opt_number(L, 1, "epsilon", o.epsilon);
+  o.f_norm = mrl__lua_opt_number(L, 1, "f_norm", o.f_norm);
+  o.norm_by_std = (int)mrl__lua_opt_number(L, 1, "norm_by_std", outcome_methods[k].norm_by_std);
   float *rewards = scratch(L, rows * cols, sizeof(float));
   float *mask = scratch(L, rows * cols, sizeof(float));
   float *adv = scratch(L, rows * cols, sizeof(float));
@@ -198,7 +176,7 @@ static int l_step_returns(lua_State *L) {
   int64_t n = -1;
   double *rewards = num_list(L, 1, "rewards", &n, true);
   int64_t *traj = id_list(L, 1, "traj", n);
-  double gamma = opt_num(L, 1, "gamma", 1.0);
+  double gamma = mrl__lua_opt_number(L, 1, "gamma", 1.0);
   double *out = scratch(L, n, sizeof(double));
   mrl_status st = mrl_step_returns(mrl__lua_engine(L), rewards, traj, NULL, n, gamma, out);
   if (st) return raise(L, st);
@@ -220,9 +198,9 @@ static int l_gigpo(lua_State *L) {
   int64_t *anchors = id_list(L, 1, "anchors", rows);
   mrl_gigpo_opts o;
   mrl_gigpo_defaults(&o);
-  o.step_weight = opt_num(L, 1, "step_weight", o.step_weight);
-  o.epsilon = opt_num(L, 1, "epsilon", o.epsilon);
-  const char *mode = opt_str(L, 1, "mode", "mean");
+  o.step_weight = mrl__lua_opt_number(L, 1, "step_weight", o.step_weight);
+  o.epsilon = mrl__lua_opt_number(L, 1, "epsilon", o.epsilon);
+  const char *mode = mrl__lua_opt_string(L, 1, "mode", "mean");
   if (strcmp(mode, "mean") == 0) o.mode = MRL_NORM_MEAN;
   else if (strcmp(mode, "mean_std") == 0) o.mode = MRL_NORM_MEAN_STD;
   else return luaL_argerror(L, 1, "mode: \"mean\" or \"mean_std\" expected");
@@ -389,7 +367,7 @@ static const char *const kl_names[] = {"k1", "abs", "k2", "k3", "k1+", "k3+", NU
 
 static int find_name(lua_State *L, int opts, const char *key, const char *const *names,
                      const char *dflt) {
-  const char *v = opt_str(L, opts, key, dflt);
+  const char *v = mrl__lua_opt_string(L, opts, key, dflt);
   for (int i = 0; names[i]; i++)
     if (strcmp(names[i], v) == 0) return i;
   return luaL_argerror(L, opts, lua_pushfstring(L, "%s: unknown value '%s'", key, v));
@@ -417,7 +395,7 @@ static int l_loss(lua_State *L) {
   const float *f_adv = flat_tensor(L, 1, "adv", p.total, true);
   const float *f_ref = flat_tensor(L, 1, "ref_logp", p.total, false);
   const float *f_ent = flat_tensor(L, 1, "entropy", p.total, false);
-  const char *kind_name = opt_str(L, 1, "kind", "ppo");
+  const char *kind_name = mrl__lua_opt_string(L, 1, "kind", "ppo");
   size_t k = 0, n_kinds = sizeof pg_kinds / sizeof pg_kinds[0];
   while (k < n_kinds && strcmp(pg_kinds[k].name, kind_name) != 0) k++;
   if (k == n_kinds)
@@ -426,14 +404,15 @@ static int l_loss(lua_State *L) {
   mrl_pg_opts o;
   mrl_pg_defaults(pg_kinds[k].kind, &o);
   o.agg = (mrl_loss_agg)find_name(L, 1, "agg", agg_names, agg_names[o.agg]);
-  o.agg_norm = opt_num(L, 1, "agg_norm", o.agg_norm);
-  o.clip_low = opt_num(L, 1, "clip_low", o.clip_low);
-  o.clip_high = opt_num(L, 1, "clip_high", o.clip_high);
-  o.clip_c = opt_num(L, 1, "clip_c", o.clip_c);
-  o.tau_pos = opt_num(L, 1, "tau_pos", o.tau_pos);
-  o.tau_neg = opt_num(L, 1, "tau_neg", o.tau_neg);
+  o.agg_norm = mrl__lua_opt_number(L, 1, "agg_norm", o.agg_norm);
+  o.clip_low = mrl__lua_opt_number(L, 1, "clip_low", o.clip_low);
+  o.clip_high = mrl__lua_opt_number(L, 1, "clip_high", o.clip_high);
+  o.clip_c = mrl__lua_opt_number(L, 1, "clip_c", o.clip_c);
+  o.tau_pos = mrl__lua_opt_number(L, 1, "tau_pos", o.tau_pos);
+  o.tau_neg = mrl__lua_opt_number(L, 1, "tau_neg", o.tau_neg);
   mrl_kl_kind kl_kind = (mrl_kl_kind)find_name(L, 1, "kl", kl_names, "k3");
-  double kl_coef = opt_num(L, 1, "kl_coef", 0.0), ent_coef = opt_num(L, 1, "entropy_coef", 0.0);
+  double kl_coef = mrl__lua_opt_number(L, 1, "kl_coef", 0.0);
+  double ent_coef = mrl__lua_opt_number(L, 1, "entropy_coef", 0.0);
   if (kl_coef != 0.0 && !f_ref) return luaL_argerror(L, 1, "ref_logp: needed when kl_coef is set");
   if (ent_coef != 0.0 && !f_ent) return luaL_argerror(L, 1, "entropy: needed when entropy_coef is set");
 
@@ -526,7 +505,8 @@ static int l_gae(lua_State *L) {
   packed p = pack(L, 1);
   const float *f_r = flat_tensor(L, 1, "rewards", p.total, true);
   const float *f_v = flat_tensor(L, 1, "values", p.total, true);
-  double gamma = opt_num(L, 1, "gamma", 1.0), lambda = opt_num(L, 1, "lambda", 1.0);
+  double gamma = mrl__lua_opt_number(L, 1, "gamma", 1.0);
+  double lambda = mrl__lua_opt_number(L, 1, "lambda", 1.0);
   int64_t cells = p.rows * p.cols;
   float *r = gather(L, &p, f_r), *v = gather(L, &p, f_v);
   float *adv = scratch(L, cells, sizeof(float)), *ret = scratch(L, cells, sizeof(float));
@@ -550,8 +530,9 @@ static int l_value_loss(lua_State *L) {
   const float *f_old = flat_tensor(L, 1, "old_values", p.total, true);
   const float *f_ret = flat_tensor(L, 1, "returns", p.total, true);
   mrl_loss_agg agg = (mrl_loss_agg)find_name(L, 1, "agg", agg_names, "token-mean");
-  double norm = opt_num(L, 1, "agg_norm", 0.0), clip = opt_num(L, 1, "clip", 0.5);
-  double coef = opt_num(L, 1, "coef", 1.0);
+  double norm = mrl__lua_opt_number(L, 1, "agg_norm", 0.0);
+  double clip = mrl__lua_opt_number(L, 1, "clip", 0.5);
+  double coef = mrl__lua_opt_number(L, 1, "coef", 1.0);
   int64_t cells = p.rows * p.cols;
   float *v = gather(L, &p, f_v), *old = gather(L, &p, f_old), *ret = gather(L, &p, f_ret);
   float *dv = scratch(L, cells, sizeof(float));
@@ -577,8 +558,9 @@ static int l_overlong(lua_State *L) {
   double *len = num_list(L, 1, "lengths", &n, true);
   int64_t *ilen = scratch(L, n, sizeof(int64_t));
   for (int64_t i = 0; i < n; i++) ilen[i] = (int64_t)len[i];
-  double max_len = opt_num(L, 1, "max_len", -1), buffer = opt_num(L, 1, "buffer", -1);
-  double factor = opt_num(L, 1, "factor", 1.0);
+  double max_len = mrl__lua_opt_number(L, 1, "max_len", -1);
+  double buffer = mrl__lua_opt_number(L, 1, "buffer", -1);
+  double factor = mrl__lua_opt_number(L, 1, "factor", 1.0);
   lua_getfield(L, 1, "floor");
   int floor_it = lua_isnil(L, -1) ? 1 : lua_toboolean(L, -1);
   lua_pop(L, 1);

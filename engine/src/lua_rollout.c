@@ -105,34 +105,13 @@ static const char *env_error(void *self) { return ((lua_env *)self)->err; }
 
 /* ---- rl.rollout.new{model =, episodes =, capacity =} ---- */
 
-static lua_Integer int_field(lua_State *L, int idx, const char *key, lua_Integer dflt) {
-  int type = lua_getfield(L, idx, key);
-  int ok = 1;
-  lua_Integer v = type == LUA_TNIL ? dflt : lua_tointegerx(L, -1, &ok);
-  if (!ok || (type != LUA_TNIL && type != LUA_TNUMBER))
-    luaL_argerror(L, idx, lua_pushfstring(L, "%s: integer expected, got %s", key,
-                                          luaL_typename(L, -1)));
-  lua_pop(L, 1);
-  return v;
-}
-
-static double num_field(lua_State *L, int idx, const char *key, double dflt) {
-  int type = lua_getfield(L, idx, key);
-  if (type != LUA_TNIL && type != LUA_TNUMBER)
-    luaL_argerror(L, idx, lua_pushfstring(L, "%s: number expected, got %s", key,
-                                          luaL_typename(L, -1)));
-  double v = type == LUA_TNIL ? dflt : lua_tonumber(L, -1);
-  lua_pop(L, 1);
-  return v;
-}
-
 static int l_new(lua_State *L) {
   luaL_checktype(L, 1, LUA_TTABLE);
   lua_getfield(L, 1, "model");
   mrl_model *m = mrl__lua_check_model(L, -1, "model");
   int model_idx = lua_gettop(L);
-  lua_Integer episodes = int_field(L, 1, "episodes", 16);
-  lua_Integer capacity = int_field(L, 1, "capacity", 256);
+  lua_Integer episodes = mrl__lua_opt_integer(L, 1, "episodes", 16);
+  lua_Integer capacity = mrl__lua_opt_integer(L, 1, "capacity", 256);
   if (episodes < 1 || episodes > 1 << 16) return luaL_argerror(L, 1, "episodes: expected 1..65536");
   if (capacity < 1 || capacity > 1 << 24) return luaL_argerror(L, 1, "capacity: out of range");
   lrollout *b = lua_newuserdatauv(L, sizeof *b, 1);
@@ -295,12 +274,12 @@ static int m_run(lua_State *L) {
   int seeds_idx = lua_gettop(L);
   mrl_rollout_config cfg;
   memset(&cfg, 0, sizeof cfg);
-  cfg.sampling.temperature = (float)num_field(L, 2, "temperature", 1.0);
-  cfg.sampling.top_k = (int)int_field(L, 2, "top_k", 0);
-  cfg.sampling.top_p = (float)num_field(L, 2, "top_p", 1.0);
-  cfg.sampling.min_p = (float)num_field(L, 2, "min_p", 0.0);
-  cfg.max_turns = (int)int_field(L, 2, "max_turns", 8);
-  cfg.max_turn_tokens = (int)int_field(L, 2, "max_turn_tokens", 64);
+  cfg.sampling.temperature = (float)mrl__lua_opt_number(L, 2, "temperature", 1.0);
+  cfg.sampling.top_k = (int)mrl__lua_opt_integer(L, 2, "top_k", 0);
+  cfg.sampling.top_p = (float)mrl__lua_opt_number(L, 2, "top_p", 1.0);
+  cfg.sampling.min_p = (float)mrl__lua_opt_number(L, 2, "min_p", 0.0);
+  cfg.max_turns = (int)mrl__lua_opt_integer(L, 2, "max_turns", 8);
+  cfg.max_turn_tokens = (int)mrl__lua_opt_integer(L, 2, "max_turn_tokens", 64);
   cfg.chat = chat_option(L, 2);
   lua_getfield(L, 2, "system");
   if (lua_isnil(L, -1)) {
