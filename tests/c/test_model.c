@@ -143,6 +143,7 @@ static void test_hidden_states_gradient(void) {
   mrl_model *m = test_model("qwen2", 9);
   CHECK(mrl_model_hidden(m) == NULL); /* no forward yet */
   CHECK(mrl_model_hidden(NULL) == NULL);
+  CHECK(mrl_model_backward_hidden(NULL, NULL, NULL, NULL, NULL) == MRL_ERR_NULL);
   batch bt = test_batch(5);
   for (int i = 0; i < B * T; i++) bt.coef_ent[i] = 0.0f;
   int n = B * T * m->cfg.dim;

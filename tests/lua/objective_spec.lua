@@ -414,5 +414,19 @@ describe("the critic: rl.objective.gae, rl.objective.value_loss and a value head
     H.assert_error(function()
       rl.objective.gae { rewards = flat(rew_v), mask = flat(mask_v), offsets = offsets, episodes = { 1 } }
     end, "values: a tensor expected")
+    H.assert_error(function()
+      rl.objective.gae { rewards = flat(rew_v), values = flat(val_v), mask = flat(mask_v),
+        offsets = offsets, episodes = { 1 }, gamma = "x" }
+    end, "gamma: number expected, got string")
+    local vl = { values = flat(val_v), old_values = flat(val_v), mask = flat(mask_v),
+      offsets = offsets, episodes = { 1, 2, 3 } }
+    H.assert_error(function() rl.objective.value_loss(vl) end, "returns: a tensor expected")
+    vl.returns = T.zeros { 3 }
+    H.assert_error(function() rl.objective.value_loss(vl) end, "returns: a contiguous 1-D tensor as long as mask")
+    vl.returns = flat(val_v)
+    vl.agg = "mean"
+    H.assert_error(function() rl.objective.value_loss(vl) end, "agg")
+    vl.agg, vl.episodes = nil, { 4 }
+    H.assert_error(function() rl.objective.value_loss(vl) end, "episodes[1]: an episode number in 1..3")
   end)
 end)
