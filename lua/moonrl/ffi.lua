@@ -2,7 +2,7 @@
 -- offers what `require "moonrl"` offers in Lua 5.4 (same functions, 1-based dims and indices,
 -- same results and error messages), calling libmoonrl directly.
 --
--- Each function mirrors its C twin in engine/src/lua_tensor.c or lua_module.c; read those for the
+-- Each function mirrors its C twin in engine/src/lua/lua_tensor.c or lua_module.c; read those for the
 -- reasons behind a check. The C declarations are generated from moonrl.h at build time
 -- (moonrl.ffi_cdef), and the library is checked at load to be the version they describe.
 local ffi = require "ffi"

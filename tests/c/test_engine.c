@@ -2,7 +2,7 @@
  * memory accounting and limits, allocation failure at every step, lifetime (engine freed before
  * its objects), the RNG against a reference xoshiro256**, BLAS info, and the script API. */
 #include "support.h"
-#include "internal.h"
+#include "tensor_internal.h"
 
 #include <math.h>
 #include <stdio.h>

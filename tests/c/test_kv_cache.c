@@ -290,13 +290,48 @@ static void test_errors(void) {
   mrl_sampling bad = {.temperature = -1.0f};
   CHECK_FAILS(e, MRL_ERR_INVALID, "temperature >= 0", mrl_kv_cache_sample(c, 1, &slot, &bad, &out, NULL));
   CHECK(mrl_kv_cache_length(c, 5) == -1 && mrl_kv_cache_logits(c, 5) == NULL);
+  CHECK_FAILS(e, MRL_ERR_INVALID, "src and dst are the same", mrl_kv_cache_copy(c, 0, 0, 1));
+  CHECK_FAILS(e, MRL_ERR_RANGE, "slot 2 is outside 0..1", mrl_kv_cache_copy(c, 0, 2, 1));
+  CHECK(mrl_kv_cache_copy(NULL, 0, 1, 1) == MRL_ERR_NULL && mrl_model_engine(NULL) == NULL);
+  CHECK(mrl_model_engine(m) == e);
   mrl_kv_cache_free(c);
   mrl_model_free(m);
   CHECK(mrl_engine_memory_used(e) == 0);
   mrl_engine_free(e);
 }
 
+/* A copied slot continues exactly as its source: same logits, same length, and with the same
+ * seed the same samples. */
+static void test_copy_slot(void) {
+  mrl_engine *e = new_engine();
+  mrl_model *m = make_model("qwen3", e, 4);
+  mrl_kv_cache *c = NULL;
+  MUST(mrl_kv_cache_new(m, 2, CTX, &c));
+  int32_t t[6];
+  tokens_of(t, 6, 9);
+  int slot0 = 0, slot1 = 1, six = 6, one = 1;
+  MUST(mrl_kv_cache_reset(c, 0, 5));
+  MUST(mrl_kv_cache_append(c, 1, &slot0, t, &six));
+  MUST(mrl_kv_cache_copy(c, 0, 1, 5));
+  CHECK(mrl_kv_cache_length(c, 1) == 6);
+  CHECK(max_diff(mrl_kv_cache_logits(c, 0), mrl_kv_cache_logits(c, 1), VOCAB) == 0.0);
+  mrl_sampling s = {.temperature = 1.0f};
+  for (int step = 0; step < 4; step++) {
+    int32_t a, b;
+    MUST(mrl_kv_cache_sample(c, 1, &slot0, &s, &a, NULL));
+    MUST(mrl_kv_cache_sample(c, 1, &slot1, &s, &b, NULL));
+    CHECK(a == b);
+    MUST(mrl_kv_cache_append(c, 1, &slot0, &a, &one));
+    MUST(mrl_kv_cache_append(c, 1, &slot1, &b, &one));
+    CHECK(max_diff(mrl_kv_cache_logits(c, 0), mrl_kv_cache_logits(c, 1), VOCAB) < 1e-6);
+  }
+  mrl_kv_cache_free(c);
+  mrl_model_free(m);
+  mrl_engine_free(e);
+}
+
 static const test_case tests[] = {
+    {"copy_slot", test_copy_slot},
     {"matches_forward_llama", test_matches_forward_llama},
     {"matches_forward_qwen2", test_matches_forward_qwen2},
     {"matches_forward_qwen3", test_matches_forward_qwen3},

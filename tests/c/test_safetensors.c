@@ -3,7 +3,7 @@
  * references, the reference implementation's own serialization fixtures, round trips, and the
  * atomic writer (target untouched and no temporary file left on failure). */
 #include "support.h"
-#include "internal.h"
+#include "tensor_internal.h"
 #include "safetensors.h"
 
 #include <dirent.h>

@@ -2,7 +2,7 @@
  * reference, matmul in all transpose combinations, views, broadcasting, random fills, display, and
  * the error paths (bad shapes, NULL, size overflow, bad out tensors). */
 #include "support.h"
-#include "internal.h"
+#include "tensor_internal.h"
 
 #include <float.h>
 #include <math.h>

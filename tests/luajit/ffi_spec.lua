@@ -165,7 +165,7 @@ end)
 describe("the API surface", function()
   -- The names registered in a luaL_Reg array of a C file of the Lua 5.4 binding.
   local function registered(file, array)
-    local f = assert(io.open(env("MOONRL_ROOT") .. "/engine/src/" .. file))
+    local f = assert(io.open(env("MOONRL_ROOT") .. "/engine/src/lua/" .. file))
     local src = f:read("*a")
     f:close()
     local block = assert(src:match(array .. "%[%] = (%b{})"), array .. " not found in " .. file)

@@ -1,6 +1,6 @@
 /* tensor_matmul.c - (batched) matrix products through cblas_sgemm, with the portable reference
  * kernel as the fallback when OpenBLAS is unavailable. */
-#include "internal.h"
+#include "tensor_internal.h"
 
 #include <limits.h>
 #include <string.h>

@@ -21,7 +21,7 @@ typedef struct {
   size_t text_cap;
 } driver;
 
-static mrl_engine *engine_of(driver *d) { return d->r->model->engine; }
+static mrl_engine *engine_of(driver *d) { return d->r->engine; }
 
 static bool grow(driver *d, void **p, size_t *cap, size_t need, size_t elem) {
   if (need <= *cap) return true;
@@ -147,7 +147,7 @@ mrl_status mrl_rollout_run(mrl_rollout *r, mrl_tokenizer *tok, int n, mrl_env *c
                            const uint64_t *seeds, const mrl_rollout_config *cfg) {
   const char *fn = "mrl_rollout_run";
   if (!r) return MRL_ERR_NULL;
-  mrl_engine *eng = r->model->engine;
+  mrl_engine *eng = r->engine;
   if (!tok || !envs || !seeds || !cfg)
     return mrl__fail(eng, MRL_ERR_NULL, fn, "%s is NULL",
                      !tok ? "tok" : !envs ? "envs" : !seeds ? "seeds" : "cfg");

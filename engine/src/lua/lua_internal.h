@@ -3,7 +3,7 @@
 #ifndef MRL_LUA_INTERNAL_H
 #define MRL_LUA_INTERNAL_H
 
-#include "internal.h"
+#include "tensor_internal.h"
 
 #include <lauxlib.h>
 #include <lua.h>

@@ -2,7 +2,7 @@
  * difflib's Ratcliff-Obershelp ratio (GiGPO similarity step groups, BEACON milestone matching),
  * normalised Levenshtein distance, and the selective rollout gate's divergence metrics. */
 #include "advantage.h"
-#include "tokenizer_internal.h"
+#include "utf8.h"
 
 #include <math.h>
 #include <stdlib.h>

@@ -3,6 +3,7 @@
  * checkpoints (weights, AdamW state, step and RNG in one safetensors file). */
 #include "model.h"
 
+#include "file.h"
 #include "json.h"
 #include "safetensors.h"
 
@@ -51,35 +52,6 @@ static mrl_status parse_json_file(mrl_engine *e, const char *fn, const char *pat
   st = mrl__json_parse(e, fn, path, text, len, doc);
   mrl__free(e, text, len + 1);
   return st;
-}
-
-mrl_status mrl__make_dirs(mrl_engine *e, const char *fn, const char *dir) {
-  char p[PATH_CAP];
-  size_t n = strlen(dir);
-  if (n == 0 || n >= sizeof p)
-    return mrl__fail(e, MRL_ERR_INVALID, fn, "bad directory \"%s\"", dir);
-  memcpy(p, dir, n + 1);
-  for (size_t i = 1; i <= n; i++) {
-    if (p[i] != '/' && p[i] != '\0') continue;
-    char c = p[i];
-    p[i] = '\0';
-    if (mkdir(p, 0777) != 0 && errno != EEXIST)
-      return mrl__fail(e, MRL_ERR_IO, fn, "%s: cannot create directory: %s", p, strerror(errno));
-    p[i] = c;
-  }
-  struct stat sb;
-  if (stat(dir, &sb) != 0 || !S_ISDIR(sb.st_mode))
-    return mrl__fail(e, MRL_ERR_IO, fn, "%s: not a directory", dir);
-  return MRL_OK;
-}
-
-mrl_status mrl__write_file_atomic(mrl_engine *e, const char *fn, const char *path,
-                                    const char *data, size_t len) {
-  mrl_atomic_file af;
-  mrl_status st = mrl__atomic_begin(e, fn, path, &af);
-  if (st) return st;
-  fwrite(data, 1, len, af.fp);
-  return mrl__atomic_commit(&af); /* a short write shows up there */
 }
 
 /* Appends to a fixed text buffer; overflow (impossible for the configs written here) is caught

@@ -40,9 +40,6 @@ mrl_status mrl__json_parse(mrl_engine *e, const char *fn, const char *what, cons
 const mrl_json *mrl__json_root(const mrl_json_doc *doc);
 void mrl__json_free(mrl_json_doc *doc);
 
-/* Writes code point cp (< 0x110000) as UTF-8 into dst (room for 4 bytes); returns the length. */
-size_t mrl__utf8_encode(char *dst, uint32_t cp);
-
 /* The value of key in an object (the last one if repeated), or NULL (also for non-objects). */
 const mrl_json *mrl__json_get(const mrl_json *obj, const char *key);
 

@@ -1,6 +1,6 @@
 /* tensor_ops.c - fills, elementwise maths with broadcasting, reductions, softmax, gather and
  * comparisons over strided float32 tensors. */
-#include "internal.h"
+#include "tensor_internal.h"
 
 #include <math.h>
 #include <string.h>

@@ -2,6 +2,7 @@
  * Hugging Face tokenizer.json, the encoding pipeline (added tokens, NFC, split, BPE), decoding,
  * token lookups and the chat templates. */
 #include "json.h"
+#include "file.h"
 #include "tokenizer_internal.h"
 
 #include <stdio.h>

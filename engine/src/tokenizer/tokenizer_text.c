@@ -1,7 +1,5 @@
-/* tokenizer_text.c - text handling for the tokenizers: UTF-8 decoding that keeps invalid bytes,
- * NFC normalization, and the pre-tokenizer split patterns of GPT-2, Llama-3 and Qwen2/Qwen3
+/* tokenizer_text.c - text handling for the tokenizers: NFC normalization, and the pre-tokenizer split patterns of GPT-2, Llama-3 and Qwen2/Qwen3
  * written as hand-made matchers instead of a regex engine. */
-#include "json.h"
 #include "tokenizer_internal.h"
 #include "unicode_tables.h"
 
@@ -27,51 +25,6 @@ bool mrl__tok_reserve(mrl_engine *e, void **p, size_t *cap, size_t need, size_t 
   return true;
 }
 
-/* ---- UTF-8 ---- */
-
-size_t mrl__utf8_decode(const unsigned char *s, size_t n, uint32_t *cp) {
-  unsigned c = s[0];
-  if (c < 0x80) {
-    *cp = c;
-    return 1;
-  }
-  /* the ranges of Unicode's table of well-formed sequences: the second byte's range depends on
-   * the lead byte (no overlongs, no surrogates, nothing above U+10FFFF) */
-  size_t need;
-  uint32_t v;
-  unsigned lo = 0x80, hi = 0xBF;
-  if (c >= 0xC2 && c <= 0xDF) {
-    need = 1;
-    v = c & 0x1F;
-  } else if (c >= 0xE0 && c <= 0xEF) {
-    need = 2;
-    v = c & 0x0F;
-    if (c == 0xE0) lo = 0xA0;
-    if (c == 0xED) hi = 0x9F;
-  } else if (c >= 0xF0 && c <= 0xF4) {
-    need = 3;
-    v = c & 0x07;
-    if (c == 0xF0) lo = 0x90;
-    if (c == 0xF4) hi = 0x8F;
-  } else {
-    *cp = MRL_UTF8_INVALID;
-    return 1;
-  }
-  size_t i = 1;
-  for (; i <= need && i < n; i++) {
-    unsigned b = s[i];
-    if (b < lo || b > hi) break;
-    v = (v << 6) | (b & 0x3F);
-    lo = 0x80;
-    hi = 0xBF;
-  }
-  if (i <= need) {
-    *cp = MRL_UTF8_INVALID;
-    return i;
-  }
-  *cp = v;
-  return need + 1;
-}
 
 
 /* ---- NFC ---- */

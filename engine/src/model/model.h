@@ -4,7 +4,7 @@
 #ifndef MRL_MODEL_H
 #define MRL_MODEL_H
 
-#include "internal.h"
+#include "tensor_internal.h"
 
 enum { MRL_PARAM_NAME_CAP = 96 };
 

@@ -8,7 +8,7 @@
  * the right core type with no action from the user. The loaded library is process-wide state by
  * nature; it is written once under pthread_once and only read afterwards. */
 #define _POSIX_C_SOURCE 200809L
-#include "internal.h"
+#include "tensor_internal.h"
 
 #include <dlfcn.h>
 #include <pthread.h>

@@ -168,9 +168,12 @@ static float *cache_row(const mrl_kv_cache *c, float *base, int layer, int slot,
   return base + (((int64_t)layer * c->slots + slot) * c->capacity + pos) * c->model->kv_dim;
 }
 
-/* Makes slot dst a copy of slot src (keys, values, length, logits) with its own stream seeded
- * by seed: a fork for tree rollouts (rollout.c). Slots are valid and distinct. */
-void mrl__kv_cache_copy_slot(mrl_kv_cache *c, int src, int dst, uint64_t seed) {
+mrl_status mrl_kv_cache_copy(mrl_kv_cache *c, int src, int dst, uint64_t seed) {
+  const char *fn = "mrl_kv_cache_copy";
+  if (!c) return MRL_ERR_NULL;
+  mrl_status st = check_slot(c, fn, src);
+  if (st || (st = check_slot(c, fn, dst))) return st;
+  if (src == dst) return mrl__fail(c->model->engine, MRL_ERR_INVALID, fn, "src and dst are the same");
   size_t row = sizeof(float) * (size_t)c->model->kv_dim * (size_t)c->length[src];
   for (int l = 0; l < c->model->cfg.layers; l++) {
     memcpy(cache_row(c, c->keys, l, dst, 0), cache_row(c, c->keys, l, src, 0), row);
@@ -181,6 +184,7 @@ void mrl__kv_cache_copy_slot(mrl_kv_cache *c, int src, int dst, uint64_t seed) {
   c->length[dst] = c->length[src];
   c->has_logits[dst] = c->has_logits[src];
   mrl__rng_seed(&c->rng[dst], seed);
+  return MRL_OK;
 }
 
 /* Attention for the `count` appended rows of one slot starting at row r0, all heads. */

@@ -280,6 +280,8 @@ mrl_status mrl_model_config_get(const mrl_model *m, mrl_model_config *out) {
   return MRL_OK;
 }
 
+mrl_engine *mrl_model_engine(const mrl_model *m) { return m ? m->engine : NULL; }
+
 int mrl_model_param_count(const mrl_model *m) { return m ? m->nparams : -1; }
 int64_t mrl_model_numel(const mrl_model *m) { return m ? m->numel : -1; }
 

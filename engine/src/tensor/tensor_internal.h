@@ -1,30 +1,10 @@
-/* internal.h - definitions shared by the engine's source files; not installed. */
-#ifndef MRL_INTERNAL_H
-#define MRL_INTERNAL_H
+/* tensor_internal.h - the tensor layer's internals shared with the layers above it (model, Lua
+ * binding): the storage and tensor structs, shape and index helpers, and the BLAS entry points.
+ * Not installed. */
+#ifndef MRL_TENSOR_INTERNAL_H
+#define MRL_TENSOR_INTERNAL_H
 
-#include "moonrl.h"
-
-#include <stdarg.h>
-#include <stdbool.h>
-
-#define MRL_ERRMSG_CAP 4096
-
-struct mrl_rng {
-  uint64_t s[4];
-  double spare;     /* second Box-Muller variate, valid when has_spare */
-  int has_spare;
-  mrl_engine *engine; /* NULL for the engine's embedded default RNG */
-};
-
-struct mrl_engine {
-  long refs;            /* the user's reference plus one per live object made from it */
-  int user_freed;       /* mrl_engine_free has been called */
-  mrl_alloc_fn alloc;
-  void *alloc_ud;
-  size_t mem_used, mem_peak, mem_limit;
-  struct mrl_rng rng;
-  char err[MRL_ERRMSG_CAP];
-};
+#include "internal.h"
 
 typedef struct mrl_storage {
   long refs;
@@ -44,27 +24,6 @@ struct mrl_tensor {
   int64_t shape[MRL_MAX_RANK];
   int64_t stride[MRL_MAX_RANK];
 };
-
-/* ---- engine.c ---- */
-/* Records a message "fn: detail" as the engine's last error and returns status. e may be NULL. */
-mrl_status mrl__fail(mrl_engine *e, mrl_status status, const char *fn, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-void *mrl__alloc(mrl_engine *e, size_t size);       /* counts toward the limit; NULL on failure */
-void mrl__free(mrl_engine *e, void *p, size_t size); /* p may be NULL */
-void mrl__engine_retain(mrl_engine *e);
-void mrl__engine_release(mrl_engine *e);
-
-/* ---- file_read.c ---- */
-/* Reads a regular file of at most max_bytes; *text is NUL-terminated and freed with
- * mrl__free(e, *text, *len + 1). Failures: MRL_ERR_IO or MRL_ERR_NOMEM with "fn: path: ...". */
-mrl_status mrl__read_file(mrl_engine *e, const char *fn, const char *path, size_t max_bytes,
-                          char **text, size_t *len);
-
-/* ---- rng.c ---- */
-void mrl__rng_seed(struct mrl_rng *r, uint64_t seed);
-uint64_t mrl__rng_u64(struct mrl_rng *r);
-double mrl__rng_uniform(struct mrl_rng *r);
-double mrl__rng_normal(struct mrl_rng *r);
 
 /* ---- tensor.c ---- */
 /* Normalises a possibly negative dim against rank; returns -1 if out of range. */
@@ -123,4 +82,4 @@ void mrl__blas_restore(int threads);
 void mrl__sgemm_naive(bool transa, bool transb, int m, int n, int k, float alpha, const float *a,
                       int lda, const float *b, int ldb, float beta, float *c, int ldc);
 
-#endif /* MRL_INTERNAL_H */
+#endif /* MRL_TENSOR_INTERNAL_H */

@@ -1,10 +1,11 @@
 /* safetensors.h - safetensors internals shared with model_io.c, the tests and the fuzzer: parsing
- * a file held in memory, reading one tensor into caller memory, and replacing a file atomically.
+ * a file held in memory, reading one tensor into caller memory,.
  * Not installed. */
 #ifndef MRL_SAFETENSORS_H
 #define MRL_SAFETENSORS_H
 
-#include "internal.h"
+#include "file.h"
+#include "tensor_internal.h"
 
 #include <stdio.h>
 
@@ -56,27 +57,5 @@ mrl_status mrl__safetensors_read_into(const mrl_safetensors *f, const char *fn, 
 float mrl__f16_to_f32(uint16_t h);
 float mrl__bf16_to_f32(uint16_t h);
 uint16_t mrl__f32_to_bf16(float x);
-
-/* A file being replaced atomically: written to a temporary file in the same directory, then
- * flushed, synced and renamed over the target, and the directory synced. Until the commit the
- * target is untouched; on any failure the temporary file is removed. */
-typedef struct mrl_atomic_file {
-  mrl_engine *engine;
-  const char *fn;
-  FILE *fp;            /* write the contents here */
-  char *path, *tmp;    /* owned copies (mrl__alloc) */
-  size_t path_cap, tmp_cap;
-} mrl_atomic_file;
-
-mrl_status mrl__atomic_begin(mrl_engine *e, const char *fn, const char *path, mrl_atomic_file *af);
-/* Finishes the file (also checks that every write succeeded) and releases af either way. */
-mrl_status mrl__atomic_commit(mrl_atomic_file *af);
-/* Removes the temporary file and releases af; the target stays as it was. */
-void mrl__atomic_abort(mrl_atomic_file *af);
-/* Writes len bytes to path atomically (model_io.c). */
-mrl_status mrl__write_file_atomic(mrl_engine *e, const char *fn, const char *path,
-                                  const char *data, size_t len);
-/* Creates dir and its missing parents (model_io.c). */
-mrl_status mrl__make_dirs(mrl_engine *e, const char *fn, const char *dir);
 
 #endif /* MRL_SAFETENSORS_H */

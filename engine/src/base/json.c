@@ -2,6 +2,7 @@
  * is bounds-checked, nesting is limited, numbers that overflow are still parsed as doubles, and
  * errors carry the line and column. */
 #include "json.h"
+#include "utf8.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -152,29 +153,6 @@ static bool read_hex4(parser *ps, unsigned *out) {
   ps->p += 4;
   *out = v;
   return true;
-}
-
-size_t mrl__utf8_encode(char *dst, uint32_t cp) {
-  if (cp < 0x80) {
-    dst[0] = (char)cp;
-    return 1;
-  }
-  if (cp < 0x800) {
-    dst[0] = (char)(0xC0 | (cp >> 6));
-    dst[1] = (char)(0x80 | (cp & 0x3F));
-    return 2;
-  }
-  if (cp < 0x10000) {
-    dst[0] = (char)(0xE0 | (cp >> 12));
-    dst[1] = (char)(0x80 | ((cp >> 6) & 0x3F));
-    dst[2] = (char)(0x80 | (cp & 0x3F));
-    return 3;
-  }
-  dst[0] = (char)(0xF0 | (cp >> 18));
-  dst[1] = (char)(0x80 | ((cp >> 12) & 0x3F));
-  dst[2] = (char)(0x80 | ((cp >> 6) & 0x3F));
-  dst[3] = (char)(0x80 | (cp & 0x3F));
-  return 4;
 }
 
 /* Reads a string (ps->p at the opening quote) into the arena. Escapes never grow the text, so

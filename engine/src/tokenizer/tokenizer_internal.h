@@ -1,11 +1,12 @@
 /* tokenizer_internal.h - definitions shared by the tokenizer's source files: the tokenizer
- * struct, UTF-8 and NFC helpers and the pre-tokenizer split patterns (tokenizer_text.c), and the
+ * struct, NFC helpers and the pre-tokenizer split patterns (tokenizer_text.c), and the
  * byte-level BPE model with its merge table and word cache (tokenizer_bpe.c). Internal; not
  * installed. */
 #ifndef MRL_TOKENIZER_INTERNAL_H
 #define MRL_TOKENIZER_INTERNAL_H
 
 #include "internal.h"
+#include "utf8.h"
 
 /* Ids are below this bound, so an id pair packs into 64 bits and tables stay reasonable. */
 enum { MRL_TOK_MAX_ID = 1 << 24 };
@@ -25,15 +26,6 @@ typedef struct {
   char *v;
   size_t n, cap;
 } mrl_tok_text;
-
-/* ---- UTF-8 (tokenizer_text.c) ---- */
-
-#define MRL_UTF8_INVALID 0xFFFFFFFFu
-
-/* Decodes the sequence at s[0..n) (n >= 1) into *cp and returns its length. A sequence that is
- * not valid UTF-8 gives *cp = MRL_UTF8_INVALID and the length of its maximal subpart (at least 1
- * byte), as Unicode (and WHATWG's TextDecoder) count them for replacement characters. */
-size_t mrl__utf8_decode(const unsigned char *s, size_t n, uint32_t *cp);
 
 /* ---- NFC (tokenizer_text.c) ---- */
 

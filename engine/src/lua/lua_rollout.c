@@ -120,7 +120,7 @@ static int l_new(lua_State *L) {
   lua_pushvalue(L, model_idx);
   lua_setiuservalue(L, -2, 1); /* the model lives as long as the rollout */
   mrl_status st = mrl_rollout_new(m, (int)episodes, (int)capacity, &b->r);
-  if (st) return mrl__lua_raise(L, m->engine, st, 1);
+  if (st) return mrl__lua_raise(L, mrl_model_engine(m), st, 1);
   b->model = m;
   b->episodes = (int)episodes;
   b->capacity = (int)capacity;
@@ -180,7 +180,7 @@ static const char *fork_episode(lua_State *L, lrollout *ro, lua_env *envs, int r
   mrl_status st = mrl_rollout_fork(ro->r, root, dst, seed);
   if (st) {
     lua_pop(L, 1);
-    return mrl_engine_last_error(ro->model->engine);
+    return mrl_engine_last_error(mrl_model_engine(ro->model));
   }
   bool paused = mrl_rollout_end(ro->r, root) == MRL_END_PAUSED;
   lua_rawgeti(L, LUA_REGISTRYINDEX, src->instance);
@@ -377,7 +377,7 @@ static int m_run(lua_State *L) {
     st = mrl_rollout_run(ro->r, tok, n, pv, seeds, &cfg);
     if (st) {
       release_envs(L, envs, n);
-      return mrl__lua_raise(L, ro->model->engine, st, 0);
+      return mrl__lua_raise(L, mrl_model_engine(ro->model), st, 0);
     }
     for (int i = 0; i < n; i++)
       for (int j = 1; j < k; j++) {
@@ -393,7 +393,7 @@ static int m_run(lua_State *L) {
   }
   st = mrl_rollout_run(ro->r, tok, total, pv, seeds, &cfg);
   release_envs(L, envs, total);
-  if (st) return mrl__lua_raise(L, ro->model->engine, st, 0);
+  if (st) return mrl__lua_raise(L, mrl_model_engine(ro->model), st, 0);
   static const char *const ends[] = {"running", "done", "max_turns", "budget", "env_error",
                                      "paused"};
   for (int i = 0; i < total; i++) {

@@ -6,11 +6,8 @@
 
 #include <string.h>
 
-/* The KV cache's slot copy (kv_cache.c): dst becomes src, with its stream seeded by seed. */
-void mrl__kv_cache_copy_slot(mrl_kv_cache *c, int src, int dst, uint64_t seed);
-
 static void free_episodes(mrl_rollout *r) {
-  mrl_engine *e = r->model->engine;
+  mrl_engine *e = r->engine;
   for (int i = 0; r->ep && i < r->episodes; i++) {
     mrl_episode *p = &r->ep[i];
     mrl__free(e, p->tokens, sizeof(int32_t) * (size_t)r->capacity);
@@ -24,7 +21,7 @@ static void free_episodes(mrl_rollout *r) {
 
 void mrl_rollout_free(mrl_rollout *r) {
   if (!r) return;
-  mrl_engine *e = r->model->engine;
+  mrl_engine *e = r->engine;
   free_episodes(r);
   mrl__free(e, r->slots, sizeof(int) * (size_t)r->episodes);
   mrl__free(e, r->ones, sizeof(int) * (size_t)r->episodes);
@@ -37,16 +34,19 @@ void mrl_rollout_free(mrl_rollout *r) {
 mrl_status mrl_rollout_new(mrl_model *m, int episodes, int capacity, mrl_rollout **out) {
   const char *fn = "mrl_rollout_new";
   if (!m) return MRL_ERR_NULL;
-  mrl_engine *e = m->engine;
+  mrl_engine *e = mrl_model_engine(m);
   if (!out) return mrl__fail(e, MRL_ERR_NULL, fn, "out is NULL");
-  if (episodes <= 0 || capacity <= 0 || capacity > m->cfg.ctx)
+  mrl_model_config cfg;
+  mrl_model_config_get(m, &cfg);
+  if (episodes <= 0 || capacity <= 0 || capacity > cfg.ctx)
     return mrl__fail(e, MRL_ERR_INVALID, fn,
-                     "need episodes > 0 and 0 < capacity <= ctx (%d), got %d and %d", m->cfg.ctx,
+                     "need episodes > 0 and 0 < capacity <= ctx (%d), got %d and %d", cfg.ctx,
                      episodes, capacity);
   mrl_rollout *r = mrl__alloc(e, sizeof *r);
   if (!r) return mrl__fail(e, MRL_ERR_NOMEM, fn, "cannot allocate a rollout");
   memset(r, 0, sizeof *r);
   r->model = m;
+  r->engine = e;
   r->episodes = episodes;
   r->capacity = capacity;
   mrl_status st = mrl_kv_cache_new(m, episodes, capacity, &r->cache);
@@ -81,10 +81,10 @@ mrl_status mrl_rollout_new(mrl_model *m, int episodes, int capacity, mrl_rollout
 
 static mrl_status check_episode(const mrl_rollout *r, const char *fn, int e, bool started) {
   if (e < 0 || e >= r->episodes)
-    return mrl__fail(r->model->engine, MRL_ERR_RANGE, fn, "episode %d is outside 0..%d", e,
+    return mrl__fail(r->engine, MRL_ERR_RANGE, fn, "episode %d is outside 0..%d", e,
                      r->episodes - 1);
   if (started && !r->ep[e].started)
-    return mrl__fail(r->model->engine, MRL_ERR_INVALID, fn, "episode %d was not started", e);
+    return mrl__fail(r->engine, MRL_ERR_INVALID, fn, "episode %d was not started", e);
   return MRL_OK;
 }
 
@@ -107,9 +107,9 @@ mrl_status mrl_rollout_start(mrl_rollout *r, int e, const int32_t *prompt, int c
   mrl_status st = check_episode(r, fn, e, false);
   if (st) return st;
   if (!prompt || count <= 0)
-    return mrl__fail(r->model->engine, MRL_ERR_INVALID, fn, "a prompt of at least one token is needed");
+    return mrl__fail(r->engine, MRL_ERR_INVALID, fn, "a prompt of at least one token is needed");
   if (count > r->capacity)
-    return mrl__fail(r->model->engine, MRL_ERR_RANGE, fn,
+    return mrl__fail(r->engine, MRL_ERR_RANGE, fn,
                      "prompt of %d tokens exceeds the capacity of %d", count, r->capacity);
   if ((st = mrl_kv_cache_reset(r->cache, e, seed))) return st;
   if ((st = mrl_kv_cache_append(r->cache, 1, &e, prompt, &count))) return st;
@@ -129,7 +129,7 @@ mrl_status mrl_rollout_observe(mrl_rollout *r, int n, const int *eps, const int3
                                const int *counts) {
   const char *fn = "mrl_rollout_observe";
   if (!r) return MRL_ERR_NULL;
-  mrl_engine *e = r->model->engine;
+  mrl_engine *e = r->engine;
   if (n < 0) return mrl__fail(e, MRL_ERR_INVALID, fn, "n is negative");
   if (n == 0) return MRL_OK;
   if (!eps || !tokens || !counts)
@@ -157,7 +157,7 @@ mrl_status mrl_rollout_generate(mrl_rollout *r, int n, const int *eps,
                                 int max_tokens, int *ended, int *reasons, int *n_ended) {
   const char *fn = "mrl_rollout_generate";
   if (!r) return MRL_ERR_NULL;
-  mrl_engine *e = r->model->engine;
+  mrl_engine *e = r->engine;
   if (n <= 0) return mrl__fail(e, MRL_ERR_INVALID, fn, "no episodes to generate for");
   if (!eps || !sampling || !ended || !reasons || !n_ended || (n_stop > 0 && !stop))
     return mrl__fail(e, MRL_ERR_NULL, fn, "an array argument is NULL");
@@ -214,8 +214,8 @@ mrl_status mrl_rollout_fork(mrl_rollout *r, int src, int dst, uint64_t seed) {
   if (!r) return MRL_ERR_NULL;
   mrl_status st = check_episode(r, fn, src, true);
   if (st || (st = check_episode(r, fn, dst, false))) return st;
-  if (src == dst) return mrl__fail(r->model->engine, MRL_ERR_INVALID, fn, "src and dst are the same");
-  mrl__kv_cache_copy_slot(r->cache, src, dst, seed);
+  if (src == dst) return mrl__fail(r->engine, MRL_ERR_INVALID, fn, "src and dst are the same");
+  if ((st = mrl_kv_cache_copy(r->cache, src, dst, seed))) return st;
   mrl_episode *a = &r->ep[src], *b = &r->ep[dst];
   int n = a->length;
   memcpy(b->tokens, a->tokens, sizeof(int32_t) * (size_t)n);

@@ -1,5 +1,5 @@
 /* tensor.c - tensor storage, creation, queries, views, element access and display. */
-#include "internal.h"
+#include "tensor_internal.h"
 
 #include <math.h>
 #include <stdio.h>

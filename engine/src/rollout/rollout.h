@@ -3,7 +3,7 @@
 #ifndef MRL_ROLLOUT_H
 #define MRL_ROLLOUT_H
 
-#include "model.h"
+#include "internal.h"
 
 typedef struct {
   int32_t *tokens, *turn; /* capacity entries each */
@@ -19,7 +19,8 @@ typedef struct {
 } mrl_episode;
 
 struct mrl_rollout {
-  mrl_model *model;
+  mrl_model *model; /* reached only through the public model API */
+  mrl_engine *engine;
   mrl_kv_cache *cache;
   int episodes, capacity;
   mrl_episode *ep;
