@@ -21,6 +21,46 @@ mrl_engine *new_engine(void) {
   return e;
 }
 
+enum { BLOCK_HEADER = 16 }; /* keeps malloc's alignment for the caller's part */
+
+void *counting_alloc_fn(void *ud, void *ptr, size_t old_size, size_t new_size) {
+  counting_alloc *c = ud;
+  if (new_size == 0) {
+    if (ptr) {
+      char *block = (char *)ptr - BLOCK_HEADER;
+      size_t size;
+      memcpy(&size, block, sizeof size);
+      c->bad_frees += size != old_size;
+      c->live--;
+      free(block);
+    }
+    return NULL;
+  }
+  if (ptr) {
+    c->resizes++;
+    return NULL;
+  }
+  if (c->requests++ == c->fail_at) return NULL;
+  char *block = malloc(new_size + BLOCK_HEADER);
+  if (!block) return NULL;
+  memcpy(block, &new_size, sizeof new_size);
+  c->live++;
+  return block + BLOCK_HEADER;
+}
+
+mrl_engine *new_counting_engine(counting_alloc *c) {
+  memset(c, 0, sizeof *c);
+  c->fail_at = -1;
+  mrl_engine *e = NULL;
+  MUST(mrl_engine_new_with_alloc(counting_alloc_fn, c, &e));
+  return e;
+}
+
+void counting_alloc_arm(counting_alloc *c, long fail_at) {
+  c->requests = 0;
+  c->fail_at = fail_at;
+}
+
 void check_failure(mrl_engine *e, mrl_status got, mrl_status want, const char *needle,
                    size_t used_before, const char *expr, int line) {
   CHECKF(got == want, "line %d: %s returned %d (%s), want %d (%s)", line, expr, got,

@@ -31,6 +31,24 @@ mrl_engine *new_engine(void);
 void check_failure(mrl_engine *e, mrl_status got, mrl_status want, const char *needle,
                    size_t used_before, const char *expr, int line);
 
+/* An allocator with lua_Alloc's contract that counts live blocks, checks that every free names
+ * the size that was allocated, and fails the allocation request numbered fail_at (0-based). */
+typedef struct {
+  long live;        /* blocks allocated and not yet freed */
+  long requests;    /* allocation requests so far */
+  long fail_at;     /* this request fails; -1: none */
+  long bad_frees;   /* frees whose old_size differed from the allocated size */
+  long resizes;     /* requests to resize a block (the engine never needs one) */
+} counting_alloc;
+
+void *counting_alloc_fn(void *ud, void *ptr, size_t old_size, size_t new_size);
+/* Failure sweeps: an engine on a counting allocator that fails nothing yet; arming restarts the
+ * count so that request fail_at (0-based) of what follows fails. Sweeping fail_at over 0, 1, ...
+ * until the call under test succeeds visits every allocation it makes: each failure must return
+ * a status with a message, leave the objects' state as it was, and hold no memory. */
+mrl_engine *new_counting_engine(counting_alloc *c);
+void counting_alloc_arm(counting_alloc *c, long fail_at);
+
 /* Files for tests that read and write them. */
 /* A new empty directory under /tmp (a static buffer, valid until the next call). */
 const char *temp_dir(void);

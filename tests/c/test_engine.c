@@ -11,43 +11,6 @@
 #include <time.h>
 #include <unistd.h>
 
-/* An allocator with lua_Alloc's contract that counts live blocks, checks that every free names
- * the size that was allocated, and fails the allocation request numbered fail_at (0-based). */
-typedef struct {
-  long live;        /* blocks allocated and not yet freed */
-  long requests;    /* allocation requests so far */
-  long fail_at;     /* this request fails; -1: none */
-  long bad_frees;   /* frees whose old_size differed from the allocated size */
-  long resizes;     /* requests to resize a block (the engine never needs one) */
-} counting_alloc;
-
-enum { BLOCK_HEADER = 16 }; /* keeps malloc's alignment for the caller's part */
-
-static void *counting_alloc_fn(void *ud, void *ptr, size_t old_size, size_t new_size) {
-  counting_alloc *c = ud;
-  if (new_size == 0) {
-    if (ptr) {
-      char *block = (char *)ptr - BLOCK_HEADER;
-      size_t size;
-      memcpy(&size, block, sizeof size);
-      c->bad_frees += size != old_size;
-      c->live--;
-      free(block);
-    }
-    return NULL;
-  }
-  if (ptr) {
-    c->resizes++;
-    return NULL;
-  }
-  if (c->requests++ == c->fail_at) return NULL;
-  char *block = malloc(new_size + BLOCK_HEADER);
-  if (!block) return NULL;
-  memcpy(block, &new_size, sizeof new_size);
-  c->live++;
-  return block + BLOCK_HEADER;
-}
-
 /* ---- status codes, version, BLAS ---- */
 
 static void test_status_codes_and_version(void) {
