@@ -635,6 +635,11 @@ typedef struct mrl_env {
                      size_t *obs_len, double *reward, int *done);
   /* Optional (may be NULL): the message of the last failed call. */
   const char *(*error)(void *self);
+  /* Optional (may be NULL; mrl_rollout_run_tree needs it): makes *out an independent copy of
+   * the environment in its current state, for a branch of a tree. The copy is owned by whoever
+   * called mrl_rollout_run_tree, which hands it back; how to free it is the environment's own
+   * business. On failure return a status (error() giving the message); *out is then ignored. */
+  mrl_status (*clone)(void *self, struct mrl_env **out);
 } mrl_env;
 
 /* How an episode ended. */
@@ -669,12 +674,36 @@ typedef struct mrl_rollout_config {
  * The action given to step is the turn's text without its end-of-turn token. Between an action
  * and the next observation go the template's own tokens (mask 0): the end-of-turn token when
  * the turn was cut by max_turn_tokens, and ChatML's "\n" after <|im_end|>. With
- * cfg->pause_turn / cfg->resume it runs the trunk of a tree, then (after forks) its branches:
+ * cfg->pause_turn / cfg->resume it runs the trunk of a tree, then (after forks) its branches,
+ * which mrl_rollout_run_tree does:
  *   cfg.pause_turn = t; run(n roots);  fork root i into episodes n..;  copy the environments;
  *   cfg.pause_turn = 0; cfg.resume = 1; run(all, seeds ignored). */
 MRL_API mrl_status mrl_rollout_run(mrl_rollout *r, mrl_tokenizer *tok, int n,
                                    mrl_env *const *envs, const uint64_t *seeds,
                                    const mrl_rollout_config *cfg);
+/* Tree rollouts: n roots, each branching into k episodes after tree_turn turns.
+ *   - Root i is episode i (envs[i], seeds[i]). The roots run tree_turn turns and pause there
+ *     with their observation in (cfg->pause_turn = tree_turn).
+ *   - Branch j (1 <= j < k) of root i is episode n + i * (k - 1) + (j - 1): the root's record
+ *     and KV cache at the pause, its own stream seeded mrl_rollout_branch_seed(seeds[i], j), and
+ *     the environment envs[i]->clone() made then. A root that ended within tree_turn turns is
+ *     copied as it ended (its branches are never stepped and get no clone). A clone that fails
+ *     ends only its branch: MRL_END_ENV_ERROR, message "clone: <the environment's message>".
+ *   - Then all n * k episodes run to the end (cfg->resume).
+ * Needs n * k <= the rollout's episodes, tree_turn >= 1, k >= 2, cfg->pause_turn == 0 and
+ * cfg->resume == 0 (the tree sets them), and a clone in every envs[i] (MRL_ERR_UNSUPPORTED
+ * otherwise, before anything runs). clones (n * (k - 1) entries) receives the environment of
+ * each branch in episode order (branch j of root i at i * (k - 1) + j - 1), NULL where none
+ * was made; the caller owns them and frees them as its clone function says, also when the
+ * call fails (an exception to the rule that failures leave outputs untouched). */
+MRL_API mrl_status mrl_rollout_run_tree(mrl_rollout *r, mrl_tokenizer *tok, int n,
+                                        mrl_env *const *envs, const uint64_t *seeds,
+                                        const mrl_rollout_config *cfg, int tree_turn, int k,
+                                        mrl_env **clones);
+/* The seed of branch j of a root seeded `seed` in mrl_rollout_run_tree: splitmix64's output
+ * for seed + (j + 1) * 0x9E3779B97F4A7C15 (mod 2^64); j + 1 is the branch's index when the root
+ * itself counts as 1 (the Lua summaries' branch.index). */
+MRL_API uint64_t mrl_rollout_branch_seed(uint64_t seed, int j);
 /* After mrl_rollout_run: how episode e ended (MRL_END_*), its number of turns, the reward of each
  * turn (borrowed, turns entries), and the environment's error message (borrowed, or NULL). */
 MRL_API int mrl_rollout_end(const mrl_rollout *r, int e);

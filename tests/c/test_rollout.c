@@ -12,9 +12,11 @@
 
 /* ---- the example environment: "say a digit" for a few turns ----
  * Each turn the observation names a digit; an action that contains it earns 1. After `turns`
- * steps the episode is done. fail_at >= 0 makes step number fail_at return an error. */
+ * steps the episode is done. fail_at >= 0 makes step number fail_at return an error;
+ * clone_fails makes clone() fail. */
 typedef struct {
   int digit, step, turns, fail_at;
+  bool clone_fails;
   char obs[64];
 } digit_env;
 
@@ -47,8 +49,35 @@ static const char *digit_error(void *self) {
   return "the digit environment broke on purpose";
 }
 
+static mrl_status digit_clone(void *self, mrl_env **out);
+
 static mrl_env digit_vtable(digit_env *d) {
-  return (mrl_env){d, digit_reset, digit_step, digit_error};
+  return (mrl_env){.self = d, .reset = digit_reset, .step = digit_step, .error = digit_error,
+                   .clone = digit_clone};
+}
+
+/* A clone: the vtable and the state in one malloc'd block (free_clone frees it). */
+typedef struct {
+  mrl_env vt;
+  digit_env d;
+} digit_clone_box;
+
+static mrl_status digit_clone(void *self, mrl_env **out) {
+  digit_env *d = self;
+  if (d->clone_fails) return MRL_ERR_INVALID;
+  digit_clone_box *b = malloc(sizeof *b);
+  if (!b) return MRL_ERR_NOMEM;
+  b->d = *d;
+  b->vt = digit_vtable(&b->d);
+  *out = &b->vt;
+  return MRL_OK;
+}
+
+static void free_clones(mrl_env **clones, int n) {
+  for (int i = 0; i < n; i++) {
+    free(clones[i]); /* the vtable is the first member of its box */
+    clones[i] = NULL;
+  }
 }
 
 /* ---- fixtures ---- */
@@ -106,8 +135,12 @@ static void run(setup *s, digit_env *envs, const uint64_t *seeds, const mrl_roll
   MUST(mrl_rollout_run(s->r, s->tok, N, pv, seeds, cfg));
 }
 
+static digit_env new_digit_env(int digit, int turns) {
+  return (digit_env){.digit = digit, .turns = turns, .fail_at = -1};
+}
+
 static void default_envs(digit_env *envs) {
-  for (int i = 0; i < N; i++) envs[i] = (digit_env){.digit = i, .turns = 3, .fail_at = -1};
+  for (int i = 0; i < N; i++) envs[i] = new_digit_env(i, 3);
 }
 
 /* Tokens of the byte tokenizer's text. */
@@ -278,7 +311,7 @@ static void test_many_observations(void) {
   mrl_env vt[M], *pv[M];
   uint64_t seeds[M];
   for (int i = 0; i < M; i++) {
-    envs[i] = (digit_env){.digit = i % 10, .turns = 2, .fail_at = -1};
+    envs[i] = new_digit_env(i % 10, 2);
     vt[i] = digit_vtable(&envs[i]);
     pv[i] = &vt[i];
     seeds[i] = (uint64_t)i + 1;
@@ -441,16 +474,216 @@ static void test_errors(void) {
   int ended[2], reasons[2], n_ended, ep = 1;
   CHECK_FAILS(e, MRL_ERR_INVALID, "episode 1 was not started",
               mrl_rollout_generate(s.r, 1, &ep, &sampling, NULL, 0, 4, ended, reasons, &n_ended));
-  digit_env d = {.digit = 1, .turns = 1, .fail_at = -1};
+  digit_env d = new_digit_env(1, 1);
   mrl_env vt = digit_vtable(&d), *pv = &vt;
   uint64_t seed = 1;
   mrl_rollout_config cfg = config(0, 4);
   CHECK_FAILS(e, MRL_ERR_INVALID, "max_turns", mrl_rollout_run(s.r, s.tok, 1, &pv, &seed, &cfg));
   cfg = config(2, 4);
   CHECK_FAILS(e, MRL_ERR_INVALID, "n is 3", mrl_rollout_run(s.r, s.tok, 3, &pv, &seed, &cfg));
-  mrl_env broken = {&d, NULL, digit_step, NULL}, *pb = &broken;
+  mrl_env broken = {.self = &d, .step = digit_step}, *pb = &broken;
   CHECK_FAILS(e, MRL_ERR_NULL, "envs[0] lacks reset", mrl_rollout_run(s.r, s.tok, 1, &pb, &seed, &cfg));
   CHECK(mrl_rollout_length(s.r, 1) == -1 && mrl_rollout_tokens(s.r, 7) == NULL);
+  free_setup(&s);
+}
+
+/* ---- tree rollouts in C (mrl_rollout_run_tree) ---- */
+
+enum { ROOTS = 2, K = 3, BRANCHES = ROOTS * (K - 1), TREE = ROOTS * K };
+
+static void tree_envs(digit_env *envs, mrl_env *vt, mrl_env **pv) {
+  for (int i = 0; i < ROOTS; i++) {
+    envs[i] = new_digit_env(i + 4, 3);
+    vt[i] = digit_vtable(&envs[i]);
+    pv[i] = &vt[i];
+  }
+}
+
+typedef struct {
+  int len[TREE], end[TREE], turns[TREE];
+  int32_t tokens[TREE][200];
+  float logprobs[TREE][200];
+} tree_record;
+
+static void take_tree(setup *s, tree_record *t) {
+  memset(t, 0, sizeof *t);
+  for (int e = 0; e < TREE; e++) {
+    t->len[e] = mrl_rollout_length(s->r, e);
+    t->end[e] = mrl_rollout_end(s->r, e);
+    t->turns[e] = mrl_rollout_turn_count(s->r, e);
+    if (t->len[e] > 0) {
+      memcpy(t->tokens[e], mrl_rollout_tokens(s->r, e), sizeof(int32_t) * (size_t)t->len[e]);
+      memcpy(t->logprobs[e], mrl_rollout_logprobs(s->r, e), sizeof(float) * (size_t)t->len[e]);
+    }
+  }
+}
+
+static bool same_tree(const tree_record *a, const tree_record *b) {
+  return memcmp(a, b, sizeof *a) == 0;
+}
+
+/* The layout is the documented one: the tree equals the same run done by hand with pause_turn,
+ * mrl_rollout_fork into episode n + i * (k - 1) + j - 1 seeded mrl_rollout_branch_seed(seed, j)
+ * and resume, episode for episode and token for token; every branch has its clone. */
+static void test_tree_layout(void) {
+  setup s = make_setup(TREE, 200);
+  digit_env envs[ROOTS];
+  mrl_env vt[ROOTS], *pv[ROOTS], *clones[BRANCHES];
+  tree_envs(envs, vt, pv);
+  uint64_t seeds[ROOTS] = {51, 52};
+  mrl_rollout_config cfg = config(3, 10);
+  MUST(mrl_rollout_run_tree(s.r, s.tok, ROOTS, pv, seeds, &cfg, 1, K, clones));
+  tree_record tree;
+  take_tree(&s, &tree);
+  for (int b = 0; b < BRANCHES; b++) CHECKF(clones[b] != NULL, "branch %d has no clone", b);
+  for (int e = 0; e < TREE; e++)
+    CHECKF(tree.end[e] == MRL_END_DONE && tree.turns[e] == 3, "episode %d: end %d, %d turns", e,
+           tree.end[e], tree.turns[e]);
+  free_clones(clones, BRANCHES);
+
+  /* by hand */
+  digit_env copies[TREE];
+  mrl_env hv[TREE], *hp[TREE];
+  tree_envs(copies, hv, hp);
+  cfg.pause_turn = 1;
+  MUST(mrl_rollout_run(s.r, s.tok, ROOTS, hp, seeds, &cfg));
+  for (int i = 0; i < ROOTS; i++)
+    for (int j = 1; j < K; j++) {
+      int dst = ROOTS + i * (K - 1) + (j - 1);
+      MUST(mrl_rollout_fork(s.r, i, dst, mrl_rollout_branch_seed(seeds[i], j)));
+      copies[dst] = copies[i];
+      hv[dst] = digit_vtable(&copies[dst]);
+      hp[dst] = &hv[dst];
+    }
+  cfg.pause_turn = 0;
+  cfg.resume = 1;
+  MUST(mrl_rollout_run(s.r, s.tok, TREE, hp, seeds, &cfg));
+  tree_record hand;
+  take_tree(&s, &hand);
+  CHECK(same_tree(&tree, &hand));
+  /* branches share their root's trunk and then differ from it */
+  int differ = 0;
+  for (int i = 0; i < ROOTS; i++)
+    for (int j = 1; j < K; j++) {
+      int dst = ROOTS + i * (K - 1) + (j - 1);
+      CHECK(memcmp(tree.tokens[dst], tree.tokens[i], 20 * sizeof(int32_t)) == 0);
+      differ += tree.len[dst] != tree.len[i] ||
+                memcmp(tree.tokens[dst], tree.tokens[i], sizeof(int32_t) * (size_t)tree.len[i]);
+    }
+  CHECK(differ == BRANCHES);
+  /* the documented seed formula (splitmix64 of seed + (j + 1) * golden gamma) */
+  uint64_t z = 51 + 0x9E3779B97F4A7C15ull * 2;
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  CHECK(mrl_rollout_branch_seed(51, 1) == (z ^ (z >> 31)));
+  free_setup(&s);
+}
+
+/* The same seeds give the same tree; another seed for root 0 changes root 0's episodes only. */
+static void test_tree_deterministic(void) {
+  setup s = make_setup(TREE, 200);
+  digit_env envs[ROOTS];
+  mrl_env vt[ROOTS], *pv[ROOTS], *clones[BRANCHES];
+  uint64_t seeds[ROOTS] = {61, 62};
+  mrl_rollout_config cfg = config(3, 10);
+  tree_record a, b;
+  tree_envs(envs, vt, pv);
+  MUST(mrl_rollout_run_tree(s.r, s.tok, ROOTS, pv, seeds, &cfg, 2, K, clones));
+  free_clones(clones, BRANCHES);
+  take_tree(&s, &a);
+  tree_envs(envs, vt, pv);
+  MUST(mrl_rollout_run_tree(s.r, s.tok, ROOTS, pv, seeds, &cfg, 2, K, clones));
+  free_clones(clones, BRANCHES);
+  take_tree(&s, &b);
+  CHECK(same_tree(&a, &b));
+  seeds[0] = 600;
+  tree_envs(envs, vt, pv);
+  MUST(mrl_rollout_run_tree(s.r, s.tok, ROOTS, pv, seeds, &cfg, 2, K, clones));
+  free_clones(clones, BRANCHES);
+  take_tree(&s, &b);
+  int root0[] = {0, 2, 3}, root1[] = {1, 4, 5};
+  for (int i = 0; i < 3; i++) {
+    int e = root0[i], f = root1[i];
+    CHECKF(a.len[e] != b.len[e] || memcmp(a.tokens[e], b.tokens[e], sizeof a.tokens[e]) != 0,
+           "episode %d did not change with its root's seed", e);
+    CHECKF(a.len[f] == b.len[f] && memcmp(a.tokens[f], b.tokens[f], sizeof a.tokens[f]) == 0,
+           "episode %d changed with another root's seed", f);
+  }
+  free_setup(&s);
+}
+
+/* A clone that fails ends only its branch, with the environment's message; a root that ended
+ * before the branch turn is copied as it ended and cloned for no branch. */
+static void test_tree_clone_fails_ends_one_branch(void) {
+  setup s = make_setup(TREE, 200);
+  digit_env envs[ROOTS];
+  mrl_env vt[ROOTS], *pv[ROOTS], *clones[BRANCHES];
+  tree_envs(envs, vt, pv);
+  envs[0].clone_fails = true;
+  uint64_t seeds[ROOTS] = {71, 72};
+  mrl_rollout_config cfg = config(3, 10);
+  MUST(mrl_rollout_run_tree(s.r, s.tok, ROOTS, pv, seeds, &cfg, 1, K, clones));
+  CHECK(mrl_rollout_end(s.r, 0) == MRL_END_DONE && mrl_rollout_turn_count(s.r, 0) == 3);
+  for (int j = 1; j < K; j++) {
+    int e = ROOTS + (j - 1);
+    CHECK(clones[j - 1] == NULL);
+    CHECK(mrl_rollout_end(s.r, e) == MRL_END_ENV_ERROR);
+    CHECK(mrl_rollout_turn_count(s.r, e) == 1);
+    const char *msg = mrl_rollout_error(s.r, e);
+    CHECKF(msg && strcmp(msg, "clone: the digit environment broke on purpose") == 0, "%s", msg);
+  }
+  for (int e = 1; e < TREE; e++)
+    if (e != 2 && e != 3) CHECK(mrl_rollout_end(s.r, e) == MRL_END_DONE);
+  free_clones(clones, BRANCHES);
+
+  /* root 1 is done after one turn, before the branch turn 2 */
+  tree_envs(envs, vt, pv);
+  envs[1].turns = 1;
+  envs[1].clone_fails = true; /* never asked */
+  MUST(mrl_rollout_run_tree(s.r, s.tok, ROOTS, pv, seeds, &cfg, 2, K, clones));
+  int root_len = mrl_rollout_length(s.r, 1);
+  for (int j = 1; j < K; j++) {
+    int e = ROOTS + (K - 1) + (j - 1);
+    CHECK(clones[(K - 1) + (j - 1)] == NULL && clones[j - 1] != NULL);
+    CHECK(mrl_rollout_end(s.r, e) == MRL_END_DONE && mrl_rollout_turn_count(s.r, e) == 1);
+    CHECK(mrl_rollout_length(s.r, e) == root_len);
+    CHECK(memcmp(mrl_rollout_tokens(s.r, e), mrl_rollout_tokens(s.r, 1),
+                 sizeof(int32_t) * (size_t)root_len) == 0);
+  }
+  free_clones(clones, BRANCHES);
+  free_setup(&s);
+}
+
+/* Misuse is refused before anything runs, with a message and no memory kept. */
+static void test_tree_errors(void) {
+  setup s = make_setup(TREE, 200);
+  mrl_engine *e = s.e;
+  digit_env envs[ROOTS];
+  mrl_env vt[ROOTS], *pv[ROOTS], *clones[BRANCHES];
+  tree_envs(envs, vt, pv);
+  vt[1].clone = NULL;
+  uint64_t seeds[ROOTS] = {1, 2};
+  mrl_rollout_config cfg = config(3, 10);
+  CHECK_FAILS(e, MRL_ERR_UNSUPPORTED, "envs[1] has no clone()",
+              mrl_rollout_run_tree(s.r, s.tok, ROOTS, pv, seeds, &cfg, 1, K, clones));
+  CHECK(mrl_rollout_length(s.r, 0) == -1); /* nothing ran */
+  vt[1].clone = digit_clone;
+  CHECK_FAILS(e, MRL_ERR_INVALID, "2 roots x 4 need 8 episodes, the rollout has 6",
+              mrl_rollout_run_tree(s.r, s.tok, ROOTS, pv, seeds, &cfg, 1, 4, clones));
+  CHECK_FAILS(e, MRL_ERR_INVALID, "k >= 2",
+              mrl_rollout_run_tree(s.r, s.tok, ROOTS, pv, seeds, &cfg, 1, 1, clones));
+  CHECK_FAILS(e, MRL_ERR_INVALID, "tree_turn >= 1",
+              mrl_rollout_run_tree(s.r, s.tok, ROOTS, pv, seeds, &cfg, 0, K, clones));
+  CHECK_FAILS(e, MRL_ERR_NULL, "clones is NULL",
+              mrl_rollout_run_tree(s.r, s.tok, ROOTS, pv, seeds, &cfg, 1, K, NULL));
+  cfg.pause_turn = 2;
+  CHECK_FAILS(e, MRL_ERR_INVALID, "pause_turn",
+              mrl_rollout_run_tree(s.r, s.tok, ROOTS, pv, seeds, &cfg, 1, K, clones));
+  cfg = config(0, 10);
+  CHECK_FAILS(e, MRL_ERR_INVALID, "max_turns",
+              mrl_rollout_run_tree(s.r, s.tok, ROOTS, pv, seeds, &cfg, 1, K, clones));
+  CHECK(mrl_rollout_run_tree(NULL, s.tok, ROOTS, pv, seeds, &cfg, 1, K, clones) == MRL_ERR_NULL);
+  CHECK(mrl_rollout_length(s.r, 0) == -1);
   free_setup(&s);
 }
 
@@ -463,6 +696,10 @@ static const test_case tests[] = {{"mask_and_template", test_mask_and_template},
                                   {"fork", test_fork},
                                   {"tree", test_tree},
                                   {"errors", test_errors},
+                                  {"tree_layout", test_tree_layout},
+                                  {"tree_deterministic", test_tree_deterministic},
+                                  {"tree_clone_fails_ends_one_branch", test_tree_clone_fails_ends_one_branch},
+                                  {"tree_errors", test_tree_errors},
                                   {NULL, NULL}};
 
 int main(int argc, char **argv) { return check_main(argc, argv, tests); }

@@ -324,7 +324,8 @@ static int m_run(lua_State *L) {
     envs[i] = (lua_env){.L = L, .module = LUA_NOREF, .instance = LUA_NOREF, .task = LUA_NOREF,
                         .rng = LUA_NOREF, .record = LUA_NOREF, .step_fn = LUA_NOREF,
                         .obs = LUA_NOREF};
-    envs[i].vt = (mrl_env){&envs[i], env_reset, env_step, env_error};
+    envs[i].vt = (mrl_env){.self = &envs[i], .reset = env_reset, .step = env_step,
+                        .error = env_error};
     pv[i] = &envs[i].vt;
   }
   lua_createtable(L, total, 0); /* the results */
