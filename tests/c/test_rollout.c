@@ -2,8 +2,11 @@
  * loss mask covers exactly the sampled tokens, recorded log-probabilities equal a fresh forward
  * pass, the same seeds give the same episodes, observations follow the chat template, an
  * environment error ends only its episode, turn/turn-length/capacity limits, forks, errors. */
+#include "lua_internal.h"
 #include "model.h"
 #include "support.h"
+
+#include <lualib.h>
 
 #include <math.h>
 #include <stdio.h>
@@ -687,6 +690,158 @@ static void test_tree_errors(void) {
   free_setup(&s);
 }
 
+/* ---- Lua environments under memory errors (the binding's callbacks run under lua_pcall) ----
+ * A Lua state whose allocator can be told to fail: the requests to grow a block numbered
+ * fail_at and fail_at + 1 after arming fail (two, because Lua retries a failed allocation once
+ * after an emergency collection). */
+typedef struct {
+  long requests, fail_at;
+} lua_mem;
+
+static void *lua_mem_alloc(void *ud, void *ptr, size_t osize, size_t nsize) {
+  lua_mem *m = ud;
+  if (nsize == 0) {
+    free(ptr);
+    return NULL;
+  }
+  if (nsize > (ptr ? osize : 0)) {
+    long r = m->requests++;
+    if (m->fail_at >= 0 && (r == m->fail_at || r == m->fail_at + 1)) return NULL;
+  }
+  return realloc(ptr, nsize);
+}
+
+/* fail_soon(): from Lua, makes the state's next growing allocation fail. */
+static int l_fail_soon(lua_State *L) {
+  lua_mem *m = lua_touserdata(L, lua_upvalueindex(1));
+  m->requests = 0;
+  m->fail_at = 0;
+  return 0;
+}
+
+/* An environment whose step (for a task with hungry = true) runs out of memory, and a function
+ * running a rollout of two episodes and returning a digest of the results. */
+static const char *const lua_rollout_chunk =
+    "local fail_soon = ...\n"
+    "local rl = require 'moonrl'\n"
+    "local tok = rl.tokenizer.bytes()\n"
+    "local m = rl.model.new { vocab = 264, dim = 16, layers = 1, heads = 2, ffn = 32, ctx = 96, seed = 2 }\n"
+    "local ro = rl.rollout.new { model = m, episodes = 4, capacity = 96 }\n"
+    "local env = { name = 'hungry', tasks = function() return {} end,\n"
+    "  new = function() return {\n"
+    "    reset = function(self, task) self.task = task return 'go' end,\n"
+    "    step = function(self, action)\n"
+    "      if self.task.hungry then fail_soon() local t = {} for i = 1, 100 do t[i] = { i } end end\n"
+    "      return 'again ' .. #action, 1, false end,\n"
+    "    clone = function(self) return { task = self.task, reset = self.reset, step = self.step } end } end }\n"
+    "return function(hungry, tree)\n"
+    "  local res = ro:run { tokenizer = tok, env = env, tasks = { { hungry = hungry }, {} }, seeds = { 1, 2 },\n"
+    "    max_turns = 2, max_turn_tokens = 4, branch = tree and { turn = 1, k = 2 } or nil }\n"
+    "  local out = {}\n"
+    "  for i, r in ipairs(res) do\n"
+    "    local acts = {}\n"
+    "    for k, rec in ipairs(r.record) do acts[k] = rec.action end\n"
+    "    out[i] = table.concat({ r['end'], r.turns, r.length, r.return_, tostring(r.error), table.concat(acts, '|') }, ' ')\n"
+    "  end\n"
+    "  return table.concat(out, '\\n')\n"
+    "end\n";
+
+typedef struct {
+  mrl_engine *e;
+  counting_alloc c;
+  lua_mem mem;
+  lua_State *L;
+} lua_setup;
+
+static void open_lua(lua_setup *s) {
+  s->e = new_counting_engine(&s->c);
+  s->mem = (lua_mem){0, -1};
+  s->L = lua_newstate(lua_mem_alloc, &s->mem);
+  if (!s->L) MUST(MRL_ERR_NOMEM);
+  luaL_openlibs(s->L);
+  mrl__lua_set_engine(s->L, s->e);
+  luaL_requiref(s->L, "moonrl.core", mrl__lua_open_core, 0);
+  lua_pop(s->L, 1);
+  mrl__lua_preload_embedded(s->L);
+  if (luaL_loadstring(s->L, lua_rollout_chunk) != LUA_OK) MUST(MRL_ERR_LUA);
+  lua_pushlightuserdata(s->L, &s->mem);
+  lua_pushcclosure(s->L, l_fail_soon, 1);
+  if (lua_pcall(s->L, 1, 1, 0) != LUA_OK) {
+    printf("Bail out! %s\n", lua_tostring(s->L, -1));
+    exit(1);
+  }
+}
+
+/* Calls the chunk's function (at the top of the stack) under lua_pcall; returns whether it
+ * succeeded, with its digest or message copied to out. */
+static bool call_lua_run(lua_setup *s, bool hungry, bool tree, char *out, size_t cap) {
+  lua_pushvalue(s->L, -1);
+  lua_pushboolean(s->L, hungry);
+  lua_pushboolean(s->L, tree);
+  bool ok = lua_pcall(s->L, 2, 1, 0) == LUA_OK;
+  snprintf(out, cap, "%s", lua_type(s->L, -1) == LUA_TSTRING ? lua_tostring(s->L, -1) : "?");
+  lua_pop(s->L, 1);
+  return ok;
+}
+
+static void close_lua(lua_setup *s) {
+  lua_close(s->L);
+  CHECK(mrl_engine_memory_used(s->e) == 0);
+  mrl_engine_free(s->e);
+  CHECK(s->c.live == 0 && s->c.bad_frees == 0);
+}
+
+/* A step that runs out of memory ends only its episode ("not enough memory"); the rollout stays
+ * usable and gives what it gave before. */
+static void test_lua_step_out_of_memory(void) {
+  lua_setup s;
+  open_lua(&s);
+  char before[4096], hungry[4096], after[4096];
+  CHECK(call_lua_run(&s, false, false, before, sizeof before));
+  CHECK(call_lua_run(&s, true, false, hungry, sizeof hungry));
+  check_note("%.*s", (int)strcspn(hungry, "\n"), hungry);
+  CHECKF(strncmp(hungry, "env_error 1 ", 12) == 0 && strstr(hungry, "step: not enough memory"),
+         "%s", hungry);
+  const char *second = strchr(hungry, '\n'), *want = strchr(before, '\n');
+  CHECK(second && want && strcmp(second, want) == 0); /* the other episode, untouched */
+  CHECK(call_lua_run(&s, false, false, after, sizeof after));
+  CHECK(strcmp(before, after) == 0);
+  close_lua(&s);
+}
+
+/* Out of memory at every allocation of a Lua rollout (plain and tree) in turn: ro:run either
+ * raises in Lua or ends episodes with errors, never unwinds through the engine (whose memory
+ * stays as it was), and the next run gives what a run that never failed gives. */
+static void test_lua_rollout_memory_sweep(void) {
+  for (int tree = 0; tree <= 1; tree++) {
+    lua_setup s;
+    open_lua(&s);
+    char want[4096], got[4096];
+    CHECK(call_lua_run(&s, false, tree, want, sizeof want));
+    lua_gc(s.L, LUA_GCCOLLECT);
+    size_t used = mrl_engine_memory_used(s.e);
+    long raised = 0, ended = 0, at;
+    for (at = 0;; at++) {
+      s.mem.requests = 0;
+      s.mem.fail_at = at;
+      bool ok = call_lua_run(&s, false, tree, got, sizeof got);
+      s.mem.fail_at = -1;
+      if (ok && s.mem.requests <= at) break;
+      if (!ok) raised++;
+      else if (strcmp(got, want) != 0) ended++;
+      lua_gc(s.L, LUA_GCCOLLECT);
+      CHECKF(mrl_engine_memory_used(s.e) == used, "request %ld: engine memory %zu -> %zu", at,
+             used, mrl_engine_memory_used(s.e));
+      CHECKF(call_lua_run(&s, false, tree, got, sizeof got) && strcmp(got, want) == 0,
+             "request %ld: the next run gave %s", at, got);
+    }
+    check_note("%s: %ld allocations failed in turn: %ld raised from ro:run, %ld ended episodes",
+               tree ? "tree" : "plain", at, raised, ended);
+    CHECK(raised > 0 && ended > 0);
+    close_lua(&s);
+  }
+}
+
 static const test_case tests[] = {{"mask_and_template", test_mask_and_template},
                                    {"many_observations", test_many_observations},
                                   {"logprobs_match_forward", test_logprobs_match_forward},
@@ -700,6 +855,8 @@ static const test_case tests[] = {{"mask_and_template", test_mask_and_template},
                                   {"tree_deterministic", test_tree_deterministic},
                                   {"tree_clone_fails_ends_one_branch", test_tree_clone_fails_ends_one_branch},
                                   {"tree_errors", test_tree_errors},
+                                  {"lua_step_out_of_memory", test_lua_step_out_of_memory},
+                                  {"lua_rollout_memory_sweep", test_lua_rollout_memory_sweep},
                                   {NULL, NULL}};
 
 int main(int argc, char **argv) { return check_main(argc, argv, tests); }

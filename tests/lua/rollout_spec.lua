@@ -1,7 +1,8 @@
 -- rollout_spec.lua - multi-turn rollouts from Lua (`rl.rollout`) and trajectory batches
 -- (`rl.batch`): the loss mask covers exactly the policy's tokens, the behaviour log-probabilities
--- equal a fresh forward pass, seeds reproduce batches, environment failures end only their
--- episode, and batches survive select, concat and a JSONL round trip.
+-- equal a fresh forward pass, seeds reproduce batches, environment failures (errors of any
+-- kind, rewards that are not finite) end only their episode, trees fork their roots, the C
+-- module requires no Lua module, and batches survive select, concat and a JSONL round trip.
 local H = dofile((debug.getinfo(1, "S").source:match("^@(.*/)") or "./") .. "helpers.lua")
 local rl = require "moonrl"
 
@@ -209,6 +210,56 @@ describe("rl.rollout contains environment failures", function()
     assert.matches("step exploded", res[3].error)
     assert.matches("reward that is not a number", res[4].error)
     assert.are.equal("max_turns", res[5]["end"])
+  end)
+
+  it("ends only the episode whose reset, step or clone raises an error object that is not a string", function()
+    local weird = { name = "weird", tasks = faulty.tasks,
+      new = function()
+        return {
+          reset = function(self, task)
+            self.task = task
+            if task.where == "reset" then error(task.object) end
+            return "go"
+          end,
+          step = function(self)
+            if self.task.where == "step" then error(self.task.object) end
+            return "again", 1, false
+          end,
+          clone = function(self)
+            if self.task.where == "clone" then error(self.task.object) end
+            return { task = self.task, reset = self.reset, step = self.step }
+          end,
+        }
+      end }
+    local bad_tostring = setmetatable({}, { __tostring = function() error("no text either") end })
+    local objects = { {}, 42, false, bad_tostring, setmetatable({}, { __tostring = function() return "a described object" end }) }
+    local tasks = { { where = "none" } }
+    for _, where in ipairs { "reset", "step" } do
+      for _, o in ipairs(objects) do tasks[#tasks + 1] = { where = where, object = o } end
+    end
+    local big = rl.rollout.new { model = m, episodes = #tasks, capacity = 96 }
+    local res = run(big, weird, tasks, seq(#tasks, function(i) return i end), { max_turns = 2 })
+    assert.are.equal("max_turns", res[1]["end"])
+    for i = 2, #tasks do
+      assert.are.equal("env_error", res[i]["end"], "episode " .. i)
+      assert.is_string(res[i].error)
+      assert.matches("^" .. tasks[i].where .. ": ", res[i].error)
+    end
+    assert.matches("error object is a table value", res[2].error)
+    assert.matches("^reset: 42", res[3].error)
+    assert.matches("error object is a boolean value", res[4].error)
+    assert.matches("a described object", res[6].error)
+    assert.matches("no text either", res[5].error) -- its __tostring raised in turn
+    -- a clone that raises a table ends only its branch
+    local r2 = run(ro, weird, { { where = "clone", object = {} }, { where = "none" } }, { 1, 2 },
+      { max_turns = 2, branch = { turn = 1, k = 2 } })
+    assert.are.equal("max_turns", r2[1]["end"])
+    assert.are.equal("env_error", r2[3]["end"])
+    assert.matches("^clone: %(error object is a table value%)", r2[3].error)
+    assert.are.equal("max_turns", r2[4]["end"])
+    -- the rollout is as good as before
+    local again = run(ro, faulty, { { kind = "ok" } }, { 1 }, { max_turns = 3 })
+    assert.are.equal(1.5, again[1].return_)
   end)
 
   it("hands a malformed call to the environment as a parse error, never raising", function()
