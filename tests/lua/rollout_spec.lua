@@ -262,6 +262,35 @@ describe("rl.rollout contains environment failures", function()
     assert.are.equal(1.5, again[1].return_)
   end)
 
+  it("needs no Lua module at run time: the facade registered the step (no require in the C module)", function()
+    local saved = { loaded = package.loaded["moonrl.env"], preload = package.preload["moonrl.env"],
+      path = package.path, cpath = package.cpath }
+    package.loaded["moonrl.env"], package.preload["moonrl.env"] = nil, nil
+    package.path, package.cpath = "", ""
+    local ok, res = pcall(run, ro, faulty, { { kind = "ok" } }, { 1 }, { max_turns = 2 })
+    package.loaded["moonrl.env"], package.preload["moonrl.env"] = saved.loaded, saved.preload
+    package.path, package.cpath = saved.path, saved.cpath
+    assert.is_true(ok, tostring(res))
+    assert.are.equal("max_turns", res[1]["end"])
+    assert.are.equal(2, #res[1].record) -- moonrl.env's step recorded the turns
+    -- and no source file of the binding calls require
+    local ls = assert(io.popen("ls " .. H.shell_quote(H.root .. "/engine/src/lua")))
+    local files = 0
+    for name in ls:lines() do
+      if name:match("%.c$") then
+        local f = assert(io.open(H.root .. "/engine/src/lua/" .. name))
+        local src = f:read("a")
+        f:close()
+        files = files + 1
+        assert.is_nil(src:find('lua_getglobal%s*%([^,]+,%s*"require"%s*%)'), name .. " calls require")
+        assert.is_nil(src:find('lua_getfield%s*%([^,]+,[^,]+,%s*"require"%s*%)'), name .. " calls require")
+      end
+    end
+    ls:close()
+    assert.is_true(files > 5)
+    H.assert_error(function() rl.rollout.set_step("step") end, "function expected")
+  end)
+
   it("hands a malformed call to the environment as a parse error, never raising", function()
     local task = { kind = "record" }
     local res = run(ro, faulty, { task }, { 1 }, { max_turns = 1 })

@@ -3,7 +3,8 @@
  * episodes' records handed back as tensors (one copy out of the rollout, then views).
  * Environment errors end only their episode; the message is kept. Every call into Lua that the
  * engine makes (reset, step, clone) runs under lua_pcall, so no Lua error, out-of-memory errors
- * included, unwinds through the engine's frames. */
+ * included, unwinds through the engine's frames. The step function comes from the Lua facade
+ * (moonrl.env registers it with rl.rollout.set_step): this module requires no Lua module. */
 #include "lua_internal.h"
 
 #include <stdio.h>
@@ -11,6 +12,7 @@
 
 #define ROLLOUT_MT "moonrl.rollout"
 #define ENVS_MT "moonrl.rollout.envs"
+#define STEP_KEY "moonrl.rollout.step" /* registry: the step function set_step registered */
 
 typedef struct {
   mrl_rollout *r;
@@ -277,6 +279,16 @@ static int l_new(lua_State *L) {
   return 1;
 }
 
+/* rl.rollout.set_step(fn): the function ro:run steps Lua environments with,
+ * fn(module, instance, action, record) -> observation, reward, done (moonrl.env registers its
+ * step when it loads; one per Lua state). */
+static int l_set_step(lua_State *L) {
+  luaL_checktype(L, 1, LUA_TFUNCTION);
+  lua_settop(L, 1);
+  lua_setfield(L, LUA_REGISTRYINDEX, STEP_KEY);
+  return 0;
+}
+
 /* ---- ro:run{...} ---- */
 
 static mrl_chat_template chat_option(lua_State *L, int opts) {
@@ -392,11 +404,9 @@ static int m_run(lua_State *L) {
   lua_pop(L, 1);
   int total = n * k, forks = n * (k - 1);
 
-  /* the step wrapper (moonrl.env.step) */
-  lua_getglobal(L, "require");
-  lua_pushstring(L, "moonrl.env");
-  lua_call(L, 1, 1);
-  lua_getfield(L, -1, "step");
+  if (lua_getfield(L, LUA_REGISTRYINDEX, STEP_KEY) != LUA_TFUNCTION)
+    return luaL_error(L, "rl.rollout: no step function; load moonrl.env (it registers its step) "
+                         "or call rl.rollout.set_step(fn)");
   int step_fn = lua_gettop(L);
   /* environments: wrappers in a userdata whose references are released when this function
    * returns or raises; vectors for the C calls */
@@ -550,7 +560,7 @@ static int m_free(lua_State *L) {
 static const luaL_Reg rollout_methods[] = {
     {"run", m_run}, {"tensors", m_tensors}, {"free", m_free}, {NULL, NULL}};
 static const luaL_Reg rollout_meta[] = {{"__gc", m_free}, {"__close", m_free}, {NULL, NULL}};
-static const luaL_Reg rollout_funcs[] = {{"new", l_new}, {NULL, NULL}};
+static const luaL_Reg rollout_funcs[] = {{"new", l_new}, {"set_step", l_set_step}, {NULL, NULL}};
 
 void mrl__lua_open_rollout(lua_State *L) {
   luaL_newmetatable(L, ENVS_MT);
