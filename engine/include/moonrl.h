@@ -673,9 +673,9 @@ typedef struct mrl_rollout_config {
  * on, until done, max_turns, capacity, or an environment error, which ends only that episode.
  * The action given to step is the turn's text without its end-of-turn token. Between an action
  * and the next observation go the template's own tokens (mask 0): the end-of-turn token when
- * the turn was cut by max_turn_tokens, and ChatML's "\n" after <|im_end|>. With
- * cfg->pause_turn / cfg->resume it runs the trunk of a tree, then (after forks) its branches,
- * which mrl_rollout_run_tree does:
+ * the turn was cut by max_turn_tokens, and ChatML's "\n" after <|im_end|>. A reward that is
+ * not finite (NaN, infinity) is an environment error. With cfg->pause_turn / cfg->resume it
+ * runs the trunk of a tree, then (after forks) its branches, which mrl_rollout_run_tree does:
  *   cfg.pause_turn = t; run(n roots);  fork root i into episodes n..;  copy the environments;
  *   cfg.pause_turn = 0; cfg.resume = 1; run(all, seeds ignored). */
 MRL_API mrl_status mrl_rollout_run(mrl_rollout *r, mrl_tokenizer *tok, int n,

@@ -83,6 +83,9 @@ function M.step(module, instance, action, record)
   if reward ~= nil and type(reward) ~= "number" then
     error("step returned a reward that is not a number: " .. type(reward), 0)
   end
+  if reward ~= nil and (reward ~= reward or reward == math.huge or reward == -math.huge) then
+    error("step returned a reward that is not a finite number: " .. tostring(reward), 0)
+  end
   if obs ~= nil and type(obs) ~= "string" then
     error("step returned an observation that is not a string: " .. type(obs), 0)
   end

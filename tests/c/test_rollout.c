@@ -15,10 +15,10 @@
 
 /* ---- the example environment: "say a digit" for a few turns ----
  * Each turn the observation names a digit; an action that contains it earns 1. After `turns`
- * steps the episode is done. fail_at >= 0 makes step number fail_at return an error;
- * clone_fails makes clone() fail. */
+ * steps the episode is done. fail_at >= 0 makes step number fail_at return an error; nan_at
+ * makes it return a NaN reward (inf_at: +infinity); clone_fails makes clone() fail. */
 typedef struct {
-  int digit, step, turns, fail_at;
+  int digit, step, turns, fail_at, nan_at, inf_at;
   bool clone_fails;
   char obs[64];
 } digit_env;
@@ -38,6 +38,8 @@ static mrl_status digit_step(void *self, const char *action, size_t len, const c
   if (d->step == d->fail_at) return MRL_ERR_INVALID;
   char want = (char)('0' + d->digit);
   *reward = memchr(action, want, len) ? 1.0 : 0.0;
+  if (d->step == d->nan_at) *reward = NAN;
+  if (d->step == d->inf_at) *reward = INFINITY;
   d->step++;
   d->digit = (d->digit + 3) % 10;
   snprintf(d->obs, sizeof d->obs, "now %d", d->digit);
@@ -139,7 +141,7 @@ static void run(setup *s, digit_env *envs, const uint64_t *seeds, const mrl_roll
 }
 
 static digit_env new_digit_env(int digit, int turns) {
-  return (digit_env){.digit = digit, .turns = turns, .fail_at = -1};
+  return (digit_env){.digit = digit, .turns = turns, .fail_at = -1, .nan_at = -1, .inf_at = -1};
 }
 
 static void default_envs(digit_env *envs) {
@@ -487,6 +489,34 @@ static void test_errors(void) {
   mrl_env broken = {.self = &d, .step = digit_step}, *pb = &broken;
   CHECK_FAILS(e, MRL_ERR_NULL, "envs[0] lacks reset", mrl_rollout_run(s.r, s.tok, 1, &pb, &seed, &cfg));
   CHECK(mrl_rollout_length(s.r, 1) == -1 && mrl_rollout_tokens(s.r, 7) == NULL);
+  free_setup(&s);
+}
+
+/* ---- rewards that are not finite ---- */
+
+/* A NaN or infinite reward is an environment error of its episode only, naming the reward; the
+ * turn earns 0. */
+static void test_nonfinite_reward_ends_one_episode(void) {
+  setup s = make_setup(N, 200);
+  digit_env envs[N];
+  default_envs(envs);
+  envs[1].nan_at = 1;
+  envs[3].inf_at = 0;
+  uint64_t seeds[N] = {1, 2, 3, 4};
+  mrl_rollout_config cfg = config(3, 10);
+  run(&s, envs, seeds, &cfg);
+  for (int e = 0; e < N; e++) {
+    int end = mrl_rollout_end(s.r, e), turns = mrl_rollout_turn_count(s.r, e);
+    if (e == 1 || e == 3) {
+      CHECKF(end == MRL_END_ENV_ERROR, "episode %d ended %d", e, end);
+      CHECK(turns == (e == 1 ? 2 : 1));
+      const char *msg = mrl_rollout_error(s.r, e);
+      CHECKF(msg && strstr(msg, "reward") && strstr(msg, e == 1 ? "nan" : "inf"), "%s", msg);
+      CHECK(mrl_rollout_rewards(s.r, e)[turns - 1] == 0.0);
+    } else {
+      CHECK(end == MRL_END_DONE && turns == 3);
+    }
+  }
   free_setup(&s);
 }
 
@@ -851,6 +881,7 @@ static const test_case tests[] = {{"mask_and_template", test_mask_and_template},
                                   {"fork", test_fork},
                                   {"tree", test_tree},
                                   {"errors", test_errors},
+                                  {"nonfinite_reward_ends_one_episode", test_nonfinite_reward_ends_one_episode},
                                   {"tree_layout", test_tree_layout},
                                   {"tree_deterministic", test_tree_deterministic},
                                   {"tree_clone_fails_ends_one_branch", test_tree_clone_fails_ends_one_branch},

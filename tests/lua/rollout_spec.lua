@@ -212,6 +212,37 @@ describe("rl.rollout contains environment failures", function()
     assert.are.equal("max_turns", res[5]["end"])
   end)
 
+  it("ends an episode whose step gives a NaN or infinite reward, naming the reward", function()
+    local nonfinite = { name = "nonfinite", tasks = faulty.tasks,
+      new = function()
+        return { reset = function(self, task) self.task = task return "go" end,
+          step = function(self)
+            self.n = (self.n or 0) + 1
+            local bad = { nan = 0 / 0, inf = math.huge, ninf = -math.huge, ok = 1 }
+            if self.n == 2 then return "x", bad[self.task.kind], false end
+            return "again", 0.25, false
+          end }
+      end }
+    local tasks = { { kind = "nan" }, { kind = "inf" }, { kind = "ninf" }, { kind = "ok" } }
+    local res = run(ro, nonfinite, tasks, seq(4, function(i) return i end), { max_turns = 3 })
+    for i = 1, 3 do
+      assert.are.equal("env_error", res[i]["end"])
+      assert.are.equal(2, res[i].turns)
+      assert.matches("reward that is not a finite number", res[i].error)
+      assert.are.equal(1, #res[i].record) -- the bad turn is not recorded
+      assert.are.same({ 0.25, 0 }, res[i].rewards)
+    end
+    assert.matches("inf", res[2].error)
+    assert.matches("%-inf", res[3].error)
+    assert.are.equal("max_turns", res[4]["end"])
+    assert.are.equal(1.5, res[4].return_)
+    -- the batch of all four holds finite numbers and exports
+    local b = rl.batch.from_rollout(ro, res, { 1, 1, 2, 2 })
+    local path = os.tmpname()
+    assert.is_true(b:to_jsonl(path))
+    os.remove(path)
+  end)
+
   it("ends only the episode whose reset, step or clone raises an error object that is not a string", function()
     local weird = { name = "weird", tasks = faulty.tasks,
       new = function()
