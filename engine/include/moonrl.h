@@ -621,6 +621,43 @@ MRL_API mrl_status mrl_tokenizer_chat(mrl_tokenizer *t, mrl_chat_template tmpl,
                                       int add_generation_prompt, int32_t *ids, size_t cap,
                                       size_t *total);
 
+/* ---- generation with stop ids and stop strings -------------------------------------------
+ * Continuations of a batch of prompts sampled together over a KV cache, each sequence with its
+ * own random stream, so a sequence's tokens do not depend on the others in the batch. (Part of
+ * the rollout layer: stop strings need the tokenizer, which the model does not know.) */
+typedef struct mrl_generate_options {
+  mrl_sampling sampling;
+  int max_new_tokens; /* > 0: tokens per sequence at most */
+  /* Sequence b samples with seed + b, wrapping around modulo 2^64 (so any seed is valid). */
+  uint64_t seed;
+  const int32_t *stop; /* n_stop token ids (each in 0..vocab-1); may be NULL when n_stop is 0 */
+  int n_stop;
+  /* n_stop_strings non-empty strings (stop_strings[i] has stop_lengths[i] bytes, any bytes),
+   * matched in the decoded text of the generated tokens, across token boundaries; they need
+   * the tokenizer. All three may be NULL when n_stop_strings is 0. */
+  const char *const *stop_strings;
+  const size_t *stop_lengths;
+  int n_stop_strings;
+  mrl_tokenizer *tokenizer;
+  /* Optional: a cache of this model to sample in (its slots 0..batch-1 are reset), with at least
+   * batch slots and room for min(longest prompt + max_new_tokens, ctx) tokens; NULL: one is
+   * made for the call and freed. Reusing one saves allocating it on every call. */
+  mrl_kv_cache *cache;
+} mrl_generate_options;
+
+/* Samples up to opts->max_new_tokens tokens after each of `batch` prompts (prompt b has
+ * prompt_lengths[b] tokens, 1..ctx; the prompts are concatenated in order in `prompts`). A
+ * sequence stops after the token that is a stop id or completes a stop string (the token is
+ * kept), after max_new_tokens tokens, or when it fills the model's context. Outputs, for each
+ * sequence b: tokens[b * max_new_tokens + i] and logprobs[...] (the behaviour log-probability,
+ * as mrl_kv_cache_sample gives it; logprobs may be NULL) for i < lengths[b], and reasons[b]:
+ * MRL_TURN_STOP, MRL_TURN_LENGTH (max_new_tokens) or MRL_TURN_FULL (the context). The outputs
+ * are written only on success; the scratch memory is the engine's, freed before returning. */
+MRL_API mrl_status mrl_model_generate(mrl_model *m, int batch, const int32_t *prompts,
+                                      const int *prompt_lengths,
+                                      const mrl_generate_options *opts, int32_t *tokens,
+                                      float *logprobs, int *lengths, int *reasons);
+
 /* ---- environments and whole episodes ------------------------------------------------------
  * An environment, as a C vtable: the rollout driver below talks to every environment through
  * it (the Lua binding wraps Lua environments in the same shape). Strings an environment returns

@@ -720,6 +720,205 @@ static void test_tree_errors(void) {
   free_setup(&s);
 }
 
+/* ---- generation with stop ids and stop strings (mrl_model_generate) ---- */
+
+enum { GEN_MAX = 12 };
+
+typedef struct {
+  int32_t tokens[3 * GEN_MAX];
+  float logprobs[3 * GEN_MAX];
+  int lengths[3], reasons[3];
+} gen_out;
+
+static const int32_t gen_prompts[] = {MRL_TOKEN_USER, 'h', 'i', MRL_TOKEN_END, MRL_TOKEN_ASSISTANT,
+                                      MRL_TOKEN_USER, 'y', MRL_TOKEN_END, MRL_TOKEN_ASSISTANT,
+                                      'a', 'b', 'c'};
+static const int gen_lengths[] = {5, 4, 3};
+
+static mrl_generate_options gen_options(float temperature, int max_new, uint64_t seed) {
+  mrl_generate_options o;
+  memset(&o, 0, sizeof o);
+  o.sampling.temperature = temperature;
+  o.max_new_tokens = max_new;
+  o.seed = seed;
+  return o;
+}
+
+static void generate(setup *s, int batch, const int32_t *prompts, const int *lengths,
+                     const mrl_generate_options *o, gen_out *g) {
+  memset(g, 0, sizeof *g);
+  MUST(mrl_model_generate(s->m, batch, prompts, lengths, o, g->tokens, g->logprobs, g->lengths,
+                          g->reasons));
+}
+
+/* Each sequence samples with seed + b: a sequence's tokens are the same alone or in a batch, also
+ * where seed + b wraps around 2^64. */
+static void test_generate_seeds_per_sequence(void) {
+  setup s = make_setup(1, 16);
+  gen_out all, alone, again;
+  mrl_generate_options o = gen_options(1.0f, GEN_MAX, 500);
+  generate(&s, 3, gen_prompts, gen_lengths, &o, &all);
+  generate(&s, 3, gen_prompts, gen_lengths, &o, &again);
+  CHECK(memcmp(&all, &again, sizeof all) == 0);
+  o.seed = 501;
+  generate(&s, 1, gen_prompts + 5, gen_lengths + 1, &o, &alone);
+  CHECK(alone.lengths[0] == all.lengths[1] && alone.reasons[0] == all.reasons[1]);
+  CHECK(memcmp(alone.tokens, all.tokens + GEN_MAX, sizeof(int32_t) * (size_t)alone.lengths[0]) == 0);
+  CHECK(memcmp(alone.logprobs, all.logprobs + GEN_MAX, sizeof(float) * (size_t)alone.lengths[0]) == 0);
+  o.seed = UINT64_MAX; /* sequence 1 samples with 0 */
+  generate(&s, 3, gen_prompts, gen_lengths, &o, &all);
+  o.seed = 0;
+  generate(&s, 1, gen_prompts + 5, gen_lengths + 1, &o, &alone);
+  CHECK(memcmp(alone.tokens, all.tokens + GEN_MAX, sizeof(int32_t) * (size_t)alone.lengths[0]) == 0);
+  /* a cache of one's own gives the same */
+  mrl_kv_cache *c = NULL;
+  MUST(mrl_kv_cache_new(s.m, 4, 64, &c));
+  o = gen_options(1.0f, GEN_MAX, 500);
+  generate(&s, 3, gen_prompts, gen_lengths, &o, &all);
+  o.cache = c;
+  generate(&s, 3, gen_prompts, gen_lengths, &o, &again);
+  CHECK(memcmp(&all, &again, sizeof all) == 0);
+  mrl_kv_cache_free(c);
+  free_setup(&s);
+}
+
+/* Greedy decoding: the free continuation, then the same cut by a stop id, by a stop string
+ * spanning two tokens, by max_new_tokens, and by the end of the context. */
+static void test_generate_stops(void) {
+  setup s = make_setup(1, 16);
+  gen_out free_run, g;
+  mrl_generate_options o = gen_options(0.0f, GEN_MAX, 1);
+  generate(&s, 1, gen_prompts + 9, gen_lengths + 2, &o, &free_run);
+  CHECK(free_run.lengths[0] == GEN_MAX && free_run.reasons[0] == MRL_TURN_LENGTH);
+  /* the logprobs are the behaviour log-probabilities a forward pass gives */
+  int32_t seq[3 + GEN_MAX], targets[3 + GEN_MAX];
+  float fresh[3 + GEN_MAX];
+  memcpy(seq, gen_prompts + 9, 3 * sizeof(int32_t));
+  memcpy(seq + 3, free_run.tokens, GEN_MAX * sizeof(int32_t));
+  for (int i = 0; i < 3 + GEN_MAX; i++) targets[i] = i >= 2 && i + 1 < 3 + GEN_MAX ? seq[i + 1] : -1;
+  int32_t len = 3 + GEN_MAX;
+  MUST(mrl_model_forward(s.m, seq, &len, 1, len));
+  MUST(mrl_model_score(s.m, targets, fresh, NULL));
+  for (int i = 0; i + 1 < GEN_MAX; i++)
+    CHECKF(fabs(fresh[2 + i] - free_run.logprobs[i]) < 1e-4, "token %d: %g vs %g", i,
+           fresh[2 + i], free_run.logprobs[i]);
+
+  /* stop ids: the first occurrence of token 4's id ends the sequence there */
+  int32_t stop_id = free_run.tokens[4];
+  int first = 0;
+  while (free_run.tokens[first] != stop_id) first++;
+  o.stop = &stop_id;
+  o.n_stop = 1;
+  generate(&s, 1, gen_prompts + 9, gen_lengths + 2, &o, &g);
+  CHECK(g.lengths[0] == first + 1 && g.reasons[0] == MRL_TURN_STOP);
+  CHECK(memcmp(g.tokens, free_run.tokens, sizeof(int32_t) * (size_t)(first + 1)) == 0);
+  o.stop = NULL;
+  o.n_stop = 0;
+
+  /* a stop string made of the last byte of token 5 and the first of token 6 */
+  char text[GEN_MAX][32];
+  size_t tlen[GEN_MAX];
+  for (int i = 0; i < GEN_MAX; i++)
+    MUST(mrl_tokenizer_decode(s.tok, &free_run.tokens[i], 1, text[i], sizeof text[i], &tlen[i]));
+  char stop[2] = {text[5][tlen[5] - 1], text[6][0]};
+  const char *stops[2] = {"never-seen", stop};
+  size_t stop_lens[2] = {10, 2};
+  /* where the text first contains it: token 6 at the latest */
+  char acc[GEN_MAX * 32];
+  size_t used = 0;
+  int want = -1;
+  for (int i = 0; i < GEN_MAX && want < 0; i++) {
+    memcpy(acc + used, text[i], tlen[i]);
+    used += tlen[i];
+    for (size_t at = 0; at + 2 <= used && want < 0; at++)
+      if (memcmp(acc + at, stop, 2) == 0) want = i;
+  }
+  CHECK(want >= 0 && want <= 6);
+  o.stop_strings = stops;
+  o.stop_lengths = stop_lens;
+  o.n_stop_strings = 2;
+  o.tokenizer = s.tok;
+  generate(&s, 1, gen_prompts + 9, gen_lengths + 2, &o, &g);
+  CHECKF(g.lengths[0] == want + 1 && g.reasons[0] == MRL_TURN_STOP, "stopped after %d tokens, want %d",
+         g.lengths[0], want + 1);
+  o.n_stop_strings = 0;
+
+  /* max_new_tokens */
+  o.max_new_tokens = 3;
+  generate(&s, 1, gen_prompts + 9, gen_lengths + 2, &o, &g);
+  CHECK(g.lengths[0] == 3 && g.reasons[0] == MRL_TURN_LENGTH);
+  CHECK(memcmp(g.tokens, free_run.tokens, 3 * sizeof(int32_t)) == 0);
+
+  /* the context (256): a prompt of 253 tokens gets 4 (the last one is not appended) */
+  static int32_t longp[253];
+  for (int i = 0; i < 253; i++) longp[i] = 'a' + i % 26;
+  int longn = 253;
+  o.max_new_tokens = GEN_MAX;
+  generate(&s, 1, longp, &longn, &o, &g);
+  CHECKF(g.lengths[0] == 4 && g.reasons[0] == MRL_TURN_FULL, "%d tokens, reason %d", g.lengths[0],
+         g.reasons[0]);
+  free_setup(&s);
+}
+
+/* Bad arguments fail with a status and a message, keep no memory and write no output. */
+static void test_generate_errors(void) {
+  setup s = make_setup(1, 16);
+  mrl_engine *e = s.e;
+  gen_out g;
+  memset(&g, 0x55, sizeof g);
+  gen_out before = g;
+  mrl_generate_options o = gen_options(1.0f, 4, 1);
+  /* a first call grows the model's own scratch, which it keeps */
+  MUST(mrl_model_generate(s.m, 3, gen_prompts, gen_lengths, &o, g.tokens, g.logprobs, g.lengths,
+                          g.reasons));
+  memset(&g, 0x55, sizeof g);
+#define GEN(batch_, prompts_, lengths_) \
+  mrl_model_generate(s.m, batch_, prompts_, lengths_, &o, g.tokens, g.logprobs, g.lengths, g.reasons)
+  CHECK_FAILS(e, MRL_ERR_INVALID, "batch is 0", GEN(0, gen_prompts, gen_lengths));
+  CHECK_FAILS(e, MRL_ERR_NULL, "prompts is NULL", GEN(1, NULL, gen_lengths));
+  CHECK_FAILS(e, MRL_ERR_NULL, "reasons is NULL",
+              mrl_model_generate(s.m, 1, gen_prompts, gen_lengths, &o, g.tokens, NULL, g.lengths, NULL));
+  int zero = 0, huge = 300;
+  CHECK_FAILS(e, MRL_ERR_RANGE, "prompt 0 has 0 tokens", GEN(1, gen_prompts, &zero));
+  CHECK_FAILS(e, MRL_ERR_RANGE, "prompt 0 has 300 tokens", GEN(1, gen_prompts, &huge));
+  int32_t bad_ids[2] = {1, 9999};
+  int two = 2;
+  CHECK_FAILS(e, MRL_ERR_RANGE, "9999", GEN(1, bad_ids, &two));
+  o.max_new_tokens = 0;
+  CHECK_FAILS(e, MRL_ERR_INVALID, "max_new_tokens is 0", GEN(1, gen_prompts, gen_lengths));
+  o = gen_options(-1.0f, 4, 1);
+  CHECK_FAILS(e, MRL_ERR_INVALID, "temperature", GEN(1, gen_prompts, gen_lengths));
+  o = gen_options(1.0f, 4, 1);
+  int32_t stop = 264;
+  o.stop = &stop;
+  o.n_stop = 1;
+  CHECK_FAILS(e, MRL_ERR_RANGE, "stop[0] is 264", GEN(1, gen_prompts, gen_lengths));
+  o.stop = NULL;
+  CHECK_FAILS(e, MRL_ERR_NULL, "stop NULL", GEN(1, gen_prompts, gen_lengths));
+  o.n_stop = 0;
+  const char *strs[1] = {"x"};
+  size_t lens[1] = {1};
+  o.stop_strings = strs;
+  o.stop_lengths = lens;
+  o.n_stop_strings = 1;
+  CHECK_FAILS(e, MRL_ERR_NULL, "the tokenizer", GEN(1, gen_prompts, gen_lengths));
+  o.tokenizer = s.tok;
+  lens[0] = 0;
+  CHECK_FAILS(e, MRL_ERR_INVALID, "stop_strings[0] is empty", GEN(1, gen_prompts, gen_lengths));
+  /* a cache of another shape: too few slots */
+  lens[0] = 1;
+  mrl_kv_cache *c = NULL;
+  MUST(mrl_kv_cache_new(s.m, 1, 64, &c));
+  o.cache = c;
+  CHECK_FAILS(e, MRL_ERR_RANGE, NULL, GEN(3, gen_prompts, gen_lengths));
+  mrl_kv_cache_free(c);
+#undef GEN
+  CHECK(mrl_model_generate(NULL, 1, gen_prompts, gen_lengths, &o, g.tokens, g.logprobs, g.lengths,
+                           g.reasons) == MRL_ERR_NULL);
+  CHECK(memcmp(&g, &before, sizeof g) == 0);
+  free_setup(&s);
+}
+
 /* ---- Lua environments under memory errors (the binding's callbacks run under lua_pcall) ----
  * A Lua state whose allocator can be told to fail: the requests to grow a block numbered
  * fail_at and fail_at + 1 after arming fail (two, because Lua retries a failed allocation once
@@ -886,6 +1085,9 @@ static const test_case tests[] = {{"mask_and_template", test_mask_and_template},
                                   {"tree_deterministic", test_tree_deterministic},
                                   {"tree_clone_fails_ends_one_branch", test_tree_clone_fails_ends_one_branch},
                                   {"tree_errors", test_tree_errors},
+                                  {"generate_seeds_per_sequence", test_generate_seeds_per_sequence},
+                                  {"generate_stops", test_generate_stops},
+                                  {"generate_errors", test_generate_errors},
                                   {"lua_step_out_of_memory", test_lua_step_out_of_memory},
                                   {"lua_rollout_memory_sweep", test_lua_rollout_memory_sweep},
                                   {NULL, NULL}};
