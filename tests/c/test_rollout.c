@@ -919,6 +919,228 @@ static void test_generate_errors(void) {
   free_setup(&s);
 }
 
+/* ---- allocation failures ---- */
+
+typedef struct {
+  mrl_engine *e;
+  counting_alloc c;
+  mrl_model *m;
+  mrl_tokenizer *tok;
+} counted;
+
+static void make_counted(counted *k) {
+  k->e = new_counting_engine(&k->c);
+  mrl_model_config c;
+  mrl_model_config_default(&c);
+  c.dim = 16;
+  c.layers = 1;
+  c.heads = 2;
+  c.kv_heads = 2;
+  c.ffn = 32;
+  c.ctx = 128;
+  MUST(mrl_model_new(k->e, &c, 9, &k->m));
+  MUST(mrl_tokenizer_bytes(k->e, &k->tok));
+}
+
+static void free_counted(counted *k) {
+  mrl_tokenizer_free(k->tok);
+  mrl_model_free(k->m);
+  CHECK(mrl_engine_memory_used(k->e) == 0);
+  mrl_engine_free(k->e);
+  CHECK(k->c.live == 0 && k->c.bad_frees == 0);
+}
+
+/* Checks one failed call of a sweep: a status with a message, and memory back where it was. */
+static void check_swept(counted *k, mrl_status st, long fail_at, size_t used, long live,
+                        const char *what) {
+  CHECKF(st != MRL_OK, "%s: request %ld failed but the call succeeded", what, fail_at);
+  CHECKF(*mrl_engine_last_error(k->e) != '\0', "%s: request %ld: no message", what, fail_at);
+  CHECKF(mrl_engine_memory_used(k->e) == used && k->c.live == live,
+         "%s: request %ld: memory %zu -> %zu, blocks %ld -> %ld", what, fail_at, used,
+         mrl_engine_memory_used(k->e), live, k->c.live);
+}
+
+/* mrl_rollout_new: every allocation failure returns a status and keeps nothing. */
+static void test_rollout_new_alloc_failures(void) {
+  counted k;
+  make_counted(&k);
+  size_t used = mrl_engine_memory_used(k.e);
+  long live = k.c.live, fails = 0;
+  for (long at = 0;; at++) {
+    mrl_rollout *r = NULL;
+    mrl_engine_clear_error(k.e);
+    counting_alloc_arm(&k.c, at);
+    mrl_status st = mrl_rollout_new(k.m, 3, 64, &r);
+    counting_alloc_arm(&k.c, -1);
+    if (st == MRL_OK && k.c.requests <= at) {
+      mrl_rollout_free(r);
+      break;
+    }
+    if (st == MRL_OK) mrl_rollout_free(r);
+    check_swept(&k, st, at, used, live, "mrl_rollout_new");
+    CHECK(r == NULL);
+    fails++;
+  }
+  check_note("mrl_rollout_new: %ld allocations, each failure handled", fails);
+  CHECK(fails > 5);
+  free_counted(&k);
+}
+
+enum { SWEEP_N = 3 };
+
+typedef struct {
+  int len[SWEEP_N * 2], end[SWEEP_N * 2];
+  int32_t tokens[SWEEP_N * 2][64];
+} sweep_record;
+
+static void take_sweep(mrl_rollout *r, int n, sweep_record *t) {
+  memset(t, 0, sizeof *t);
+  for (int e = 0; e < n; e++) {
+    t->len[e] = mrl_rollout_length(r, e);
+    t->end[e] = mrl_rollout_end(r, e);
+    if (t->len[e] > 0)
+      memcpy(t->tokens[e], mrl_rollout_tokens(r, e), sizeof(int32_t) * (size_t)t->len[e]);
+  }
+}
+
+/* One run of the sweeps: a plain run of SWEEP_N episodes, or a tree of SWEEP_N roots x 2. */
+static mrl_status sweep_run(counted *k, mrl_rollout *r, bool tree) {
+  digit_env envs[SWEEP_N];
+  mrl_env vt[SWEEP_N], *pv[SWEEP_N], *clones[SWEEP_N];
+  uint64_t seeds[SWEEP_N] = {3, 4, 5};
+  for (int i = 0; i < SWEEP_N; i++) {
+    envs[i] = new_digit_env(i, 3);
+    vt[i] = digit_vtable(&envs[i]);
+    pv[i] = &vt[i];
+  }
+  mrl_rollout_config cfg = config(3, 4);
+  if (!tree) return mrl_rollout_run(r, k->tok, SWEEP_N, pv, seeds, &cfg);
+  mrl_status st = mrl_rollout_run_tree(r, k->tok, SWEEP_N, pv, seeds, &cfg, 1, 2, clones);
+  free_clones(clones, SWEEP_N);
+  return st;
+}
+
+/* mrl_rollout_run and mrl_rollout_run_tree: every allocation failure returns a status with a
+ * message and keeps no memory, and the next run gives what a run that never failed gives. */
+static void sweep_runs(bool tree) {
+  const char *what = tree ? "mrl_rollout_run_tree" : "mrl_rollout_run";
+  counted k;
+  make_counted(&k);
+  mrl_rollout *r = NULL;
+  MUST(mrl_rollout_new(k.m, SWEEP_N * 2, 64, &r));
+  int n = tree ? SWEEP_N * 2 : SWEEP_N;
+  sweep_record want, got;
+  MUST(sweep_run(&k, r, tree)); /* warms what is made once (the tokenizer's caches) */
+  MUST(sweep_run(&k, r, tree));
+  take_sweep(r, n, &want);
+  size_t used = mrl_engine_memory_used(k.e);
+  long live = k.c.live, fails = 0;
+  for (long at = 0;; at++) {
+    mrl_engine_clear_error(k.e);
+    counting_alloc_arm(&k.c, at);
+    mrl_status st = sweep_run(&k, r, tree);
+    counting_alloc_arm(&k.c, -1);
+    if (st == MRL_OK && k.c.requests <= at) break;
+    if (st == MRL_OK) continue; /* a failure the callee absorbed (none is expected) */
+    check_swept(&k, st, at, used, live, what);
+    MUST(sweep_run(&k, r, tree));
+    take_sweep(r, n, &got);
+    CHECKF(memcmp(&want, &got, sizeof want) == 0, "%s: the run after request %ld failed differs",
+           what, at);
+    fails++;
+  }
+  check_note("%s: %ld allocations, each failure handled", what, fails);
+  CHECK(fails > 0);
+  mrl_rollout_free(r);
+  free_counted(&k);
+}
+
+/* The same from cold: a new engine, model and tokenizer for every request that fails, so the
+ * allocations made once (the model's scratch, the tokenizer's caches) fail as well. What the
+ * objects keep after such a failure is theirs; nothing may be left once they are freed. */
+static void sweep_runs_cold(bool tree) {
+  const char *what = tree ? "mrl_rollout_run_tree (cold)" : "mrl_rollout_run (cold)";
+  int n = tree ? SWEEP_N * 2 : SWEEP_N;
+  sweep_record want, got;
+  long fails = 0;
+  for (long at = -1;; at++) {
+    counted k;
+    make_counted(&k);
+    mrl_rollout *r = NULL;
+    MUST(mrl_rollout_new(k.m, SWEEP_N * 2, 64, &r));
+    mrl_engine_clear_error(k.e);
+    counting_alloc_arm(&k.c, at);
+    mrl_status st = sweep_run(&k, r, tree);
+    counting_alloc_arm(&k.c, -1);
+    bool last = st == MRL_OK && k.c.requests <= at;
+    if (at < 0) {
+      MUST(st);
+      take_sweep(r, n, &want);
+    } else if (st != MRL_OK) {
+      CHECKF(*mrl_engine_last_error(k.e) != '\0', "%s: request %ld: no message", what, at);
+      MUST(sweep_run(&k, r, tree));
+      take_sweep(r, n, &got);
+      CHECKF(memcmp(&want, &got, sizeof want) == 0, "%s: the run after request %ld failed differs",
+             what, at);
+      fails++;
+    }
+    mrl_rollout_free(r);
+    free_counted(&k);
+    if (last) break;
+  }
+  check_note("%s: %ld allocations, each failure handled", what, fails);
+  CHECK(fails > 0);
+}
+
+static void test_rollout_run_alloc_failures(void) {
+  sweep_runs(false);
+  sweep_runs_cold(false);
+}
+static void test_rollout_tree_alloc_failures(void) {
+  sweep_runs(true);
+  sweep_runs_cold(true);
+}
+
+/* mrl_model_generate: the same, with stop strings (their scratch) and a cache of its own. */
+static void test_generate_alloc_failures(void) {
+  counted k;
+  make_counted(&k);
+  mrl_generate_options o = gen_options(1.0f, GEN_MAX, 8);
+  const char *strs[1] = {"zq"};
+  size_t lens[1] = {2};
+  o.stop_strings = strs;
+  o.stop_lengths = lens;
+  o.n_stop_strings = 1;
+  o.tokenizer = k.tok;
+  gen_out want, got;
+  memset(&want, 0, sizeof want);
+  MUST(mrl_model_generate(k.m, 3, gen_prompts, gen_lengths, &o, want.tokens, want.logprobs,
+                          want.lengths, want.reasons));
+  size_t used = mrl_engine_memory_used(k.e);
+  long live = k.c.live, fails = 0;
+  for (long at = 0;; at++) {
+    memset(&got, 0, sizeof got);
+    mrl_engine_clear_error(k.e);
+    counting_alloc_arm(&k.c, at);
+    mrl_status st = mrl_model_generate(k.m, 3, gen_prompts, gen_lengths, &o, got.tokens,
+                                       got.logprobs, got.lengths, got.reasons);
+    counting_alloc_arm(&k.c, -1);
+    if (st == MRL_OK && k.c.requests <= at) {
+      CHECK(memcmp(&want, &got, sizeof want) == 0);
+      break;
+    }
+    if (st == MRL_OK) continue;
+    check_swept(&k, st, at, used, live, "mrl_model_generate");
+    gen_out zero;
+    memset(&zero, 0, sizeof zero);
+    CHECK(memcmp(&got, &zero, sizeof got) == 0); /* nothing written */
+    fails++;
+  }
+  check_note("mrl_model_generate: %ld allocations, each failure handled", fails);
+  CHECK(fails > 5);
+  free_counted(&k);
+}
+
 /* ---- Lua environments under memory errors (the binding's callbacks run under lua_pcall) ----
  * A Lua state whose allocator can be told to fail: the requests to grow a block numbered
  * fail_at and fail_at + 1 after arming fail (two, because Lua retries a failed allocation once
@@ -1088,6 +1310,10 @@ static const test_case tests[] = {{"mask_and_template", test_mask_and_template},
                                   {"generate_seeds_per_sequence", test_generate_seeds_per_sequence},
                                   {"generate_stops", test_generate_stops},
                                   {"generate_errors", test_generate_errors},
+                                  {"rollout_new_alloc_failures", test_rollout_new_alloc_failures},
+                                  {"rollout_run_alloc_failures", test_rollout_run_alloc_failures},
+                                  {"rollout_tree_alloc_failures", test_rollout_tree_alloc_failures},
+                                  {"generate_alloc_failures", test_generate_alloc_failures},
                                   {"lua_step_out_of_memory", test_lua_step_out_of_memory},
                                   {"lua_rollout_memory_sweep", test_lua_rollout_memory_sweep},
                                   {NULL, NULL}};
