@@ -184,6 +184,8 @@ describe("generation", function()
     H.assert_error(function() m:generate { prompts = prompts, temperature = -1 } end,
       { "temperature" })
     H.assert_error(function() m:generate { prompts = prompts, stop = { 999 } } end, { "stop" })
+    H.assert_error(function() m:generate { prompts = prompts, max_tokens = 4 } end,
+      { "unknown field 'max_tokens'", "max_new_tokens" })
   end)
 end)
 

@@ -338,6 +338,10 @@ describe("rl.rollout contains environment failures", function()
     ok, err = pcall(ro.run, ro, { tokenizer = tok, env = {}, tasks = { {} }, seeds = { 1 } })
     assert.is_false(ok)
     assert.matches("new", err)
+    H.assert_error(function() run(ro, faulty, { {} }, { 1 }, { max_turn = 2 }) end,
+      { "unknown field 'max_turn'", "max_turns" })
+    H.assert_error(function() rl.rollout.new { model = m, episode = 2 } end,
+      { "unknown field 'episode'", "episodes" })
   end)
 end)
 

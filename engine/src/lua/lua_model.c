@@ -687,9 +687,13 @@ static void read_stop_strings(lua_State *L, int opts, stop_strings *ss) {
  * + 1 is math.mininteger). A sequence stops after the token that completes a stop id or a stop
  * string (the token is kept). */
 static int m_generate(lua_State *L) {
+  static const char *const fields[] = {"prompts", "max_new_tokens", "temperature", "top_k",
+                                       "top_p",   "min_p",          "seed",        "stop",
+                                       "stop_strings", "tokenizer", NULL};
   lmodel *lm = check_lmodel(L, 1);
   mrl_model *m = lm->m;
   luaL_checktype(L, 2, LUA_TTABLE);
+  mrl__lua_check_fields(L, 2, fields);
   mrl_generate_options o;
   memset(&o, 0, sizeof o);
   o.sampling.temperature = (float)mrl__lua_opt_number(L, 2, "temperature", 1.0);

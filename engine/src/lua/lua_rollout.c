@@ -255,10 +255,36 @@ static run_envs *push_run_envs(lua_State *L, int n, int forks) {
   return run;
 }
 
+/* ---- options ---- */
+
+void mrl__lua_check_fields(lua_State *L, int idx, const char *const *known) {
+  idx = lua_absindex(L, idx);
+  lua_pushnil(L);
+  while (lua_next(L, idx)) {
+    lua_pop(L, 1);
+    bool ok = false;
+    for (int i = 0; known[i] && !ok; i++)
+      ok = lua_type(L, -1) == LUA_TSTRING && strcmp(lua_tostring(L, -1), known[i]) == 0;
+    if (ok) continue;
+    const char *key = luaL_tolstring(L, -1, NULL);
+    luaL_Buffer b;
+    luaL_buffinit(L, &b);
+    for (int i = 0; known[i]; i++) {
+      if (i) luaL_addstring(&b, ", ");
+      luaL_addstring(&b, known[i]);
+    }
+    luaL_pushresult(&b);
+    luaL_argerror(L, idx, lua_pushfstring(L, "unknown field '%s' (expected %s)", key,
+                                          lua_tostring(L, -1)));
+  }
+}
+
 /* ---- rl.rollout.new{model =, episodes =, capacity =} ---- */
 
 static int l_new(lua_State *L) {
+  static const char *const fields[] = {"model", "episodes", "capacity", NULL};
   luaL_checktype(L, 1, LUA_TTABLE);
+  mrl__lua_check_fields(L, 1, fields);
   lua_getfield(L, 1, "model");
   mrl_model *m = mrl__lua_check_model(L, -1, "model");
   int model_idx = lua_gettop(L);
@@ -346,8 +372,13 @@ static void branch_summary(lua_State *L, lrollout *ro, run_envs *run, mrl_env *c
  * that ended within t turns is copied as it is. A fork's stream is seeded from its root's seed
  * and its index (mrl_rollout_branch_seed). */
 static int m_run(lua_State *L) {
+  static const char *const fields[] = {
+      "tokenizer", "env",    "tasks", "seeds",  "max_turns",        "max_turn_tokens", "temperature",
+      "top_k",     "top_p",  "min_p", "system", "observation_role", "chat",            "branch",
+      NULL};
   lrollout *ro = check_rollout(L, 1);
   luaL_checktype(L, 2, LUA_TTABLE);
+  mrl__lua_check_fields(L, 2, fields);
   lua_getfield(L, 2, "tokenizer");
   mrl_tokenizer *tok = mrl__lua_test_tokenizer(L, -1);
   if (!tok) return luaL_argerror(L, 2, "tokenizer: an rl.tokenizer expected");
