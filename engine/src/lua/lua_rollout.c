@@ -378,6 +378,7 @@ static int m_run(lua_State *L) {
       NULL};
   lrollout *ro = check_rollout(L, 1);
   luaL_checktype(L, 2, LUA_TTABLE);
+  luaL_checkstack(L, 2 * LUA_MINSTACK, "rl.rollout: run"); /* ~20 values stay on the stack */
   mrl__lua_check_fields(L, 2, fields);
   lua_getfield(L, 2, "tokenizer");
   mrl_tokenizer *tok = mrl__lua_test_tokenizer(L, -1);
