@@ -80,7 +80,7 @@ int main(void) {
   vowel_env envs[EPISODES];
   mrl_env vt[EPISODES], *pv[EPISODES];
   for (int i = 0; i < EPISODES; i++) {
-    vt[i] = (mrl_env){&envs[i], vowel_reset, vowel_step, NULL};
+    vt[i] = (mrl_env){.self = &envs[i], .reset = vowel_reset, .step = vowel_step};
     pv[i] = &vt[i];
   }
   mrl_rollout_config rcfg;

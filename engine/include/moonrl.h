@@ -621,6 +621,43 @@ MRL_API mrl_status mrl_tokenizer_chat(mrl_tokenizer *t, mrl_chat_template tmpl,
                                       int add_generation_prompt, int32_t *ids, size_t cap,
                                       size_t *total);
 
+/* ---- generation with stop ids and stop strings -------------------------------------------
+ * Continuations of a batch of prompts sampled together over a KV cache, each sequence with its
+ * own random stream, so a sequence's tokens do not depend on the others in the batch. (Part of
+ * the rollout layer: stop strings need the tokenizer, which the model does not know.) */
+typedef struct mrl_generate_options {
+  mrl_sampling sampling;
+  int max_new_tokens; /* > 0: tokens per sequence at most */
+  /* Sequence b samples with seed + b, wrapping around modulo 2^64 (so any seed is valid). */
+  uint64_t seed;
+  const int32_t *stop; /* n_stop token ids (each in 0..vocab-1); may be NULL when n_stop is 0 */
+  int n_stop;
+  /* n_stop_strings non-empty strings (stop_strings[i] has stop_lengths[i] bytes, any bytes),
+   * matched in the decoded text of the generated tokens, across token boundaries; they need
+   * the tokenizer. All three may be NULL when n_stop_strings is 0. */
+  const char *const *stop_strings;
+  const size_t *stop_lengths;
+  int n_stop_strings;
+  mrl_tokenizer *tokenizer;
+  /* Optional: a cache of this model to sample in (its slots 0..batch-1 are reset), with at least
+   * batch slots and room for min(longest prompt + max_new_tokens, ctx) tokens; NULL: one is
+   * made for the call and freed. Reusing one saves allocating it on every call. */
+  mrl_kv_cache *cache;
+} mrl_generate_options;
+
+/* Samples up to opts->max_new_tokens tokens after each of `batch` prompts (prompt b has
+ * prompt_lengths[b] tokens, 1..ctx; the prompts are concatenated in order in `prompts`). A
+ * sequence stops after the token that is a stop id or completes a stop string (the token is
+ * kept), after max_new_tokens tokens, or when it fills the model's context. Outputs, for each
+ * sequence b: tokens[b * max_new_tokens + i] and logprobs[...] (the behaviour log-probability,
+ * as mrl_kv_cache_sample gives it; logprobs may be NULL) for i < lengths[b], and reasons[b]:
+ * MRL_TURN_STOP, MRL_TURN_LENGTH (max_new_tokens) or MRL_TURN_FULL (the context). The outputs
+ * are written only on success; the scratch memory is the engine's, freed before returning. */
+MRL_API mrl_status mrl_model_generate(mrl_model *m, int batch, const int32_t *prompts,
+                                      const int *prompt_lengths,
+                                      const mrl_generate_options *opts, int32_t *tokens,
+                                      float *logprobs, int *lengths, int *reasons);
+
 /* ---- environments and whole episodes ------------------------------------------------------
  * An environment, as a C vtable: the rollout driver below talks to every environment through
  * it (the Lua binding wraps Lua environments in the same shape). Strings an environment returns
@@ -635,6 +672,11 @@ typedef struct mrl_env {
                      size_t *obs_len, double *reward, int *done);
   /* Optional (may be NULL): the message of the last failed call. */
   const char *(*error)(void *self);
+  /* Optional (may be NULL; mrl_rollout_run_tree needs it): makes *out an independent copy of
+   * the environment in its current state, for a branch of a tree. The copy is owned by whoever
+   * called mrl_rollout_run_tree, which hands it back; how to free it is the environment's own
+   * business. On failure return a status (error() giving the message); *out is then ignored. */
+  mrl_status (*clone)(void *self, struct mrl_env **out);
 } mrl_env;
 
 /* How an episode ended. */
@@ -668,13 +710,37 @@ typedef struct mrl_rollout_config {
  * on, until done, max_turns, capacity, or an environment error, which ends only that episode.
  * The action given to step is the turn's text without its end-of-turn token. Between an action
  * and the next observation go the template's own tokens (mask 0): the end-of-turn token when
- * the turn was cut by max_turn_tokens, and ChatML's "\n" after <|im_end|>. With
- * cfg->pause_turn / cfg->resume it runs the trunk of a tree, then (after forks) its branches:
+ * the turn was cut by max_turn_tokens, and ChatML's "\n" after <|im_end|>. A reward that is
+ * not finite (NaN, infinity) is an environment error. With cfg->pause_turn / cfg->resume it
+ * runs the trunk of a tree, then (after forks) its branches, which mrl_rollout_run_tree does:
  *   cfg.pause_turn = t; run(n roots);  fork root i into episodes n..;  copy the environments;
  *   cfg.pause_turn = 0; cfg.resume = 1; run(all, seeds ignored). */
 MRL_API mrl_status mrl_rollout_run(mrl_rollout *r, mrl_tokenizer *tok, int n,
                                    mrl_env *const *envs, const uint64_t *seeds,
                                    const mrl_rollout_config *cfg);
+/* Tree rollouts: n roots, each branching into k episodes after tree_turn turns.
+ *   - Root i is episode i (envs[i], seeds[i]). The roots run tree_turn turns and pause there
+ *     with their observation in (cfg->pause_turn = tree_turn).
+ *   - Branch j (1 <= j < k) of root i is episode n + i * (k - 1) + (j - 1): the root's record
+ *     and KV cache at the pause, its own stream seeded mrl_rollout_branch_seed(seeds[i], j), and
+ *     the environment envs[i]->clone() made then. A root that ended within tree_turn turns is
+ *     copied as it ended (its branches are never stepped and get no clone). A clone that fails
+ *     ends only its branch: MRL_END_ENV_ERROR, message "clone: <the environment's message>".
+ *   - Then all n * k episodes run to the end (cfg->resume).
+ * Needs n * k <= the rollout's episodes, tree_turn >= 1, k >= 2, cfg->pause_turn == 0 and
+ * cfg->resume == 0 (the tree sets them), and a clone in every envs[i] (MRL_ERR_UNSUPPORTED
+ * otherwise, before anything runs). clones (n * (k - 1) entries) receives the environment of
+ * each branch in episode order (branch j of root i at i * (k - 1) + j - 1), NULL where none
+ * was made; the caller owns them and frees them as its clone function says, also when the
+ * call fails (an exception to the rule that failures leave outputs untouched). */
+MRL_API mrl_status mrl_rollout_run_tree(mrl_rollout *r, mrl_tokenizer *tok, int n,
+                                        mrl_env *const *envs, const uint64_t *seeds,
+                                        const mrl_rollout_config *cfg, int tree_turn, int k,
+                                        mrl_env **clones);
+/* The seed of branch j of a root seeded `seed` in mrl_rollout_run_tree: splitmix64's output
+ * for seed + (j + 1) * 0x9E3779B97F4A7C15 (mod 2^64); j + 1 is the branch's index when the root
+ * itself counts as 1 (the Lua summaries' branch.index). */
+MRL_API uint64_t mrl_rollout_branch_seed(uint64_t seed, int j);
 /* After mrl_rollout_run: how episode e ended (MRL_END_*), its number of turns, the reward of each
  * turn (borrowed, turns entries), and the environment's error message (borrowed, or NULL). */
 MRL_API int mrl_rollout_end(const mrl_rollout *r, int e);

@@ -20,6 +20,7 @@
 -- A call to one of the environment's tools is run by the engine when the instance does not
 -- handle calls itself (handles_calls = true): the tool's text becomes the observation, with
 -- reward 0, and the episode goes on.
+local core = require "moonrl.core"
 local parse = require "moonrl.parse"
 
 local M = {}
@@ -82,6 +83,9 @@ function M.step(module, instance, action, record)
   if reward ~= nil and type(reward) ~= "number" then
     error("step returned a reward that is not a number: " .. type(reward), 0)
   end
+  if reward ~= nil and (reward ~= reward or reward == math.huge or reward == -math.huge) then
+    error("step returned a reward that is not a finite number: " .. tostring(reward), 0)
+  end
   if obs ~= nil and type(obs) ~= "string" then
     error("step returned an observation that is not a string: " .. type(obs), 0)
   end
@@ -90,5 +94,9 @@ function M.step(module, instance, action, record)
     tool_error = tool_error or nil }
   return obs, reward or 0, done and true or false
 end
+
+-- ro:run (C) steps Lua environments with M.step: registered here, so that the C module needs
+-- no Lua module of its own.
+core.rollout.set_step(M.step)
 
 return M

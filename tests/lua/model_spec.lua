@@ -110,6 +110,26 @@ describe("generation", function()
     assert.are_not.same(a.tokens, c.tokens)
   end)
 
+  it("wraps seed + i - 1 around the integer limits (seed = math.maxinteger)", function()
+    local a = m:generate { prompts = prompts, max_new_tokens = 8, seed = math.maxinteger }
+    local first = m:generate { prompts = { prompts[1] }, max_new_tokens = 8, seed = math.maxinteger }
+    local second = m:generate { prompts = { prompts[2] }, max_new_tokens = 8, seed = math.mininteger }
+    assert.are.same(first.tokens[1], a.tokens[1])
+    assert.are.same(second.tokens[1], a.tokens[2])
+    local other = m:generate { prompts = { prompts[2] }, max_new_tokens = 8, seed = math.maxinteger - 1 }
+    assert.are_not.same(other.tokens[1], a.tokens[2])
+  end)
+
+  it("takes max_new_tokens beyond the context: sequences stop where the context ends", function()
+    local long = {}
+    for i = 1, 30 do long[i] = 100 + i end -- the tiny model's context is 32
+    local g = m:generate { prompts = { long, prompts[2] }, max_new_tokens = 1000000, seed = 1,
+      temperature = 1 }
+    assert.are.equal(3, #g.tokens[1]) -- 30 + 2 appended, the third sampled after them
+    assert.are.equal("length", g.stop[1])
+    assert.are.equal(29, #g.tokens[2])
+  end)
+
   it("records behaviour log-probabilities that a fresh scoring pass reproduces", function()
     local g = m:generate { prompts = prompts, max_new_tokens = 6, seed = 4, temperature = 1 }
     for b = 1, #prompts do
@@ -164,6 +184,8 @@ describe("generation", function()
     H.assert_error(function() m:generate { prompts = prompts, temperature = -1 } end,
       { "temperature" })
     H.assert_error(function() m:generate { prompts = prompts, stop = { 999 } } end, { "stop" })
+    H.assert_error(function() m:generate { prompts = prompts, max_tokens = 4 } end,
+      { "unknown field 'max_tokens'", "max_new_tokens" })
   end)
 end)
 

@@ -1,7 +1,8 @@
 -- rollout_spec.lua - multi-turn rollouts from Lua (`rl.rollout`) and trajectory batches
 -- (`rl.batch`): the loss mask covers exactly the policy's tokens, the behaviour log-probabilities
--- equal a fresh forward pass, seeds reproduce batches, environment failures end only their
--- episode, and batches survive select, concat and a JSONL round trip.
+-- equal a fresh forward pass, seeds reproduce batches, environment failures (errors of any
+-- kind, rewards that are not finite) end only their episode, trees fork their roots, the C
+-- module requires no Lua module, and batches survive select, concat and a JSONL round trip.
 local H = dofile((debug.getinfo(1, "S").source:match("^@(.*/)") or "./") .. "helpers.lua")
 local rl = require "moonrl"
 
@@ -211,6 +212,116 @@ describe("rl.rollout contains environment failures", function()
     assert.are.equal("max_turns", res[5]["end"])
   end)
 
+  it("ends an episode whose step gives a NaN or infinite reward, naming the reward", function()
+    local nonfinite = { name = "nonfinite", tasks = faulty.tasks,
+      new = function()
+        return { reset = function(self, task) self.task = task return "go" end,
+          step = function(self)
+            self.n = (self.n or 0) + 1
+            local bad = { nan = 0 / 0, inf = math.huge, ninf = -math.huge, ok = 1 }
+            if self.n == 2 then return "x", bad[self.task.kind], false end
+            return "again", 0.25, false
+          end }
+      end }
+    local tasks = { { kind = "nan" }, { kind = "inf" }, { kind = "ninf" }, { kind = "ok" } }
+    local res = run(ro, nonfinite, tasks, seq(4, function(i) return i end), { max_turns = 3 })
+    for i = 1, 3 do
+      assert.are.equal("env_error", res[i]["end"])
+      assert.are.equal(2, res[i].turns)
+      assert.matches("reward that is not a finite number", res[i].error)
+      assert.are.equal(1, #res[i].record) -- the bad turn is not recorded
+      assert.are.same({ 0.25, 0 }, res[i].rewards)
+    end
+    assert.matches("inf", res[2].error)
+    assert.matches("%-inf", res[3].error)
+    assert.are.equal("max_turns", res[4]["end"])
+    assert.are.equal(1.5, res[4].return_)
+    -- the batch of all four holds finite numbers and exports
+    local b = rl.batch.from_rollout(ro, res, { 1, 1, 2, 2 })
+    local path = os.tmpname()
+    assert.is_true(b:to_jsonl(path))
+    os.remove(path)
+  end)
+
+  it("ends only the episode whose reset, step or clone raises an error object that is not a string", function()
+    local weird = { name = "weird", tasks = faulty.tasks,
+      new = function()
+        return {
+          reset = function(self, task)
+            self.task = task
+            if task.where == "reset" then error(task.object) end
+            return "go"
+          end,
+          step = function(self)
+            if self.task.where == "step" then error(self.task.object) end
+            return "again", 1, false
+          end,
+          clone = function(self)
+            if self.task.where == "clone" then error(self.task.object) end
+            return { task = self.task, reset = self.reset, step = self.step }
+          end,
+        }
+      end }
+    local bad_tostring = setmetatable({}, { __tostring = function() error("no text either") end })
+    local objects = { {}, 42, false, bad_tostring, setmetatable({}, { __tostring = function() return "a described object" end }) }
+    local tasks = { { where = "none" } }
+    for _, where in ipairs { "reset", "step" } do
+      for _, o in ipairs(objects) do tasks[#tasks + 1] = { where = where, object = o } end
+    end
+    local big = rl.rollout.new { model = m, episodes = #tasks, capacity = 96 }
+    local res = run(big, weird, tasks, seq(#tasks, function(i) return i end), { max_turns = 2 })
+    assert.are.equal("max_turns", res[1]["end"])
+    for i = 2, #tasks do
+      assert.are.equal("env_error", res[i]["end"], "episode " .. i)
+      assert.is_string(res[i].error)
+      assert.matches("^" .. tasks[i].where .. ": ", res[i].error)
+    end
+    assert.matches("error object is a table value", res[2].error)
+    assert.matches("^reset: 42", res[3].error)
+    assert.matches("error object is a boolean value", res[4].error)
+    assert.matches("a described object", res[6].error)
+    assert.matches("no text either", res[5].error) -- its __tostring raised in turn
+    -- a clone that raises a table ends only its branch
+    local r2 = run(ro, weird, { { where = "clone", object = {} }, { where = "none" } }, { 1, 2 },
+      { max_turns = 2, branch = { turn = 1, k = 2 } })
+    assert.are.equal("max_turns", r2[1]["end"])
+    assert.are.equal("env_error", r2[3]["end"])
+    assert.matches("^clone: %(error object is a table value%)", r2[3].error)
+    assert.are.equal("max_turns", r2[4]["end"])
+    -- the rollout is as good as before
+    local again = run(ro, faulty, { { kind = "ok" } }, { 1 }, { max_turns = 3 })
+    assert.are.equal(1.5, again[1].return_)
+  end)
+
+  it("needs no Lua module at run time: the facade registered the step (no require in the C module)", function()
+    local saved = { loaded = package.loaded["moonrl.env"], preload = package.preload["moonrl.env"],
+      path = package.path, cpath = package.cpath }
+    package.loaded["moonrl.env"], package.preload["moonrl.env"] = nil, nil
+    package.path, package.cpath = "", ""
+    local ok, res = pcall(run, ro, faulty, { { kind = "ok" } }, { 1 }, { max_turns = 2 })
+    package.loaded["moonrl.env"], package.preload["moonrl.env"] = saved.loaded, saved.preload
+    package.path, package.cpath = saved.path, saved.cpath
+    assert.is_true(ok, tostring(res))
+    assert.are.equal("max_turns", res[1]["end"])
+    assert.are.equal(2, #res[1].record) -- moonrl.env's step recorded the turns
+    -- and no source file of the binding calls require
+    local ls = assert(io.popen("ls " .. H.shell_quote(H.root .. "/engine/src/lua")))
+    local files = 0
+    for name in ls:lines() do
+      if name:match("%.c$") then
+        local f = assert(io.open(H.root .. "/engine/src/lua/" .. name))
+        local src = f:read("a")
+        f:close()
+        files = files + 1
+        assert.is_nil(src:find('lua_getglobal%s*%([^,]+,%s*"require"%s*%)'), name .. " calls require")
+        assert.is_nil(src:find('lua_getfield%s*%([^,]+,[^,]+,%s*"require"%s*%)'), name .. " calls require")
+      end
+    end
+    ls:close()
+    assert.is_true(files > 5)
+    H.assert_error(function() rl.rollout.set_step("step") end, "function expected")
+  end)
+
   it("hands a malformed call to the environment as a parse error, never raising", function()
     local task = { kind = "record" }
     local res = run(ro, faulty, { task }, { 1 }, { max_turns = 1 })
@@ -227,6 +338,10 @@ describe("rl.rollout contains environment failures", function()
     ok, err = pcall(ro.run, ro, { tokenizer = tok, env = {}, tasks = { {} }, seeds = { 1 } })
     assert.is_false(ok)
     assert.matches("new", err)
+    H.assert_error(function() run(ro, faulty, { {} }, { 1 }, { max_turn = 2 }) end,
+      { "unknown field 'max_turn'", "max_turns" })
+    H.assert_error(function() rl.rollout.new { model = m, episode = 2 } end,
+      { "unknown field 'episode'", "episodes" })
   end)
 end)
 

@@ -166,6 +166,34 @@ describe("rl.tool.lua", function()
     assert.truthy(text:find("^%[timed out: "), text)
   end)
 
+  it("reports error objects that are not strings, in this process and in the sandbox", function()
+    for _, where in ipairs { {}, {wall_ms = 5000, pool = get_pool()} } do
+      local function run(code, mem_mb)
+        local spec = {name = "raises", code = code, mem_mb = mem_mb}
+        for k, v in pairs(where) do spec[k] = v end
+        local _, res = rl.tool.lua(spec).run({})
+        return res
+      end
+      local res = run("error(42.5)")
+      assert.are.same({"error", "42.5"}, {res.status, res.error})
+      res = run("error(7)")
+      assert.are.equal("7", res.error)
+      res = run("error({})")
+      assert.are.same({"error", "(error object is not a string)"}, {res.status, res.error})
+      -- a number raised by code that holds all of its memory: converting it may find no room,
+      -- which is an error result too, never a crash
+      res = run([[
+        T = {}
+        for _, size in ipairs {4096, 256, 16, 1} do
+          pcall(function() while true do local k = #T + 1 T[k] = ('x'):rep(size) .. k end end)
+        end
+        error(1.25)]], 1)
+      assert.is_true(res.status == "error" or res.status == "oom", res.status)
+      assert.is_string(res.error)
+    end
+    assert.are.equal("2", rl.tool.lua{name = "after", code = "return 1 + 1"}.run({}))
+  end)
+
   it("checks its fields", function()
     H.assert_error(function() rl.tool.lua{name = "x"} end, "code must be")
     H.assert_error(function() rl.tool.lua{name = "x", code = "", pool2 = 1} end, "unknown field")

@@ -49,6 +49,9 @@ void mrl__lua_open_model(lua_State *L);
 mrl_model *mrl__lua_check_model(lua_State *L, int idx, const char *name);
 /* Rollouts (lua_rollout.c): pushes the `rollout` table. */
 void mrl__lua_open_rollout(lua_State *L);
+/* Raises an argument error on argument idx unless every key of the options table there is one
+ * of `known` (NULL-terminated): "unknown field 'x' (expected a, b, ...)" (lua_rollout.c). */
+void mrl__lua_check_fields(lua_State *L, int idx, const char *const *known);
 /* The trainer's advantages and losses over ragged batches (lua_objective.c): pushes the table. */
 void mrl__lua_open_objective(lua_State *L);
 /* Pushes a new rl.rng seeded with seed (lua_module.c). */

@@ -1,7 +1,8 @@
 /* lua_model.c - the Lua model class (`rl.model`): create, load and save, configuration,
  * logits, per-token log-probabilities and entropies, SFT steps (with gradient accumulation),
- * generation with the KV cache, and parameter views. Token ids are 0-based, as in Hugging Face
- * files; positions and sequences are 1-based Lua tables. */
+ * generation (mrl_model_generate, with a KV cache kept between calls), and parameter views.
+ * Token ids are 0-based, as in Hugging Face files; positions and sequences are 1-based Lua
+ * tables. */
 #include "lua_internal.h"
 #include "model.h"
 
@@ -641,14 +642,13 @@ static mrl_kv_cache *generation_cache(lua_State *L, lmodel *b, int slots, int ca
   return b->cache;
 }
 
-/* Stop strings: the tail of each sequence's generated text (enough to hold the longest stop
- * string plus the newest token's bytes), searched after every token. */
-enum { STOP_STRINGS_MAX = 16, STOP_TAIL = 512 };
+/* Stop strings of the options table at opts, kept alive by the table. */
+enum { STOP_IDS_MAX = 64, STOP_STRINGS_MAX = 16, STOP_STRING_MAX_LEN = 256 };
 typedef struct {
-  mrl_tokenizer *tok;
   int n;
   const char *text[STOP_STRINGS_MAX];
-  size_t len[STOP_STRINGS_MAX], longest;
+  size_t len[STOP_STRINGS_MAX];
+  mrl_tokenizer *tok;
 } stop_strings;
 
 static void read_stop_strings(lua_State *L, int opts, stop_strings *ss) {
@@ -665,11 +665,10 @@ static void read_stop_strings(lua_State *L, int opts, stop_strings *ss) {
     lua_geti(L, -1, i + 1);
     size_t len;
     const char *text = lua_type(L, -1) == LUA_TSTRING ? lua_tolstring(L, -1, &len) : NULL;
-    if (!text || len == 0 || len > STOP_TAIL / 2)
+    if (!text || len == 0 || len > STOP_STRING_MAX_LEN)
       luaL_argerror(L, opts, "stop_strings: non-empty strings of at most 256 bytes expected");
     ss->text[i] = text; /* kept alive by the options table */
     ss->len[i] = len;
-    if (len > ss->longest) ss->longest = len;
     lua_pop(L, 1);
   }
   ss->n = (int)n;
@@ -681,141 +680,100 @@ static void read_stop_strings(lua_State *L, int opts, stop_strings *ss) {
   if (!ss->tok) luaL_argerror(L, opts, "tokenizer: stop_strings need the rl.tokenizer to decode with");
 }
 
-/* Appends the token's bytes to a sequence's tail (tail has STOP_TAIL bytes, *used of them) and
- * reports whether a stop string now ends inside the new bytes or spans into them. */
-static bool hits_stop_string(const stop_strings *ss, char *tail, size_t *used, int32_t token) {
-  char bytes[STOP_TAIL];
-  size_t len = 0;
-  if (mrl_tokenizer_decode(ss->tok, &token, 1, bytes, sizeof bytes, &len) != MRL_OK) return false;
-  if (len >= sizeof bytes) len = sizeof bytes - 1; /* a token this long keeps its first part */
-  size_t keep = ss->longest - 1 < *used ? ss->longest - 1 : *used;
-  if (keep + len > STOP_TAIL) keep = STOP_TAIL - len;
-  memmove(tail, tail + *used - keep, keep);
-  memcpy(tail + keep, bytes, len);
-  *used = keep + len;
-  for (int i = 0; i < ss->n; i++)
-    for (size_t at = 0; at + ss->len[i] <= *used; at++)
-      if (memcmp(tail + at, ss->text[i], ss->len[i]) == 0) return true;
-  return false;
-}
-
 /* m:generate{prompts = {{ids}, ...}, max_new_tokens = 64, temperature = 1, top_k = 0,
  * top_p = 1, min_p = 0, seed = 0, stop = {ids}, stop_strings = {...}, tokenizer = tok} ->
- * {tokens = {{...}}, logprobs = {{...}}, stop = {"stop"|"length", ...}}. Sequence i samples with
- * seed + i - 1. A sequence stops after the token that completes a stop id or a stop string (the
- * token is kept). */
+ * {tokens = {{...}}, logprobs = {{...}}, stop = {"stop"|"length", ...}} (mrl_model_generate).
+ * Sequence i samples with seed + i - 1, wrapping around at the integer limits (math.maxinteger
+ * + 1 is math.mininteger). A sequence stops after the token that completes a stop id or a stop
+ * string (the token is kept). */
 static int m_generate(lua_State *L) {
+  static const char *const fields[] = {"prompts", "max_new_tokens", "temperature", "top_k",
+                                       "top_p",   "min_p",          "seed",        "stop",
+                                       "stop_strings", "tokenizer", NULL};
   lmodel *lm = check_lmodel(L, 1);
   mrl_model *m = lm->m;
   luaL_checktype(L, 2, LUA_TTABLE);
-  mrl_sampling s;
-  s.temperature = (float)mrl__lua_opt_number(L, 2, "temperature", 1.0);
-  s.top_k = (int)mrl__lua_opt_integer(L, 2, "top_k", 0);
-  s.top_p = (float)mrl__lua_opt_number(L, 2, "top_p", 1.0);
-  s.min_p = (float)mrl__lua_opt_number(L, 2, "min_p", 0.0);
+  mrl__lua_check_fields(L, 2, fields);
+  mrl_generate_options o;
+  memset(&o, 0, sizeof o);
+  o.sampling.temperature = (float)mrl__lua_opt_number(L, 2, "temperature", 1.0);
+  o.sampling.top_k = (int)mrl__lua_opt_integer(L, 2, "top_k", 0);
+  o.sampling.top_p = (float)mrl__lua_opt_number(L, 2, "top_p", 1.0);
+  o.sampling.min_p = (float)mrl__lua_opt_number(L, 2, "min_p", 0.0);
   lua_Integer max_new = mrl__lua_opt_integer(L, 2, "max_new_tokens", 64);
-  lua_Integer seed = mrl__lua_opt_integer(L, 2, "seed", 0);
+  o.seed = (uint64_t)mrl__lua_opt_integer(L, 2, "seed", 0);
   if (max_new < 1) return luaL_argerror(L, 2, "max_new_tokens: must be >= 1");
+  /* no sequence outgrows the context: more than ctx new tokens change nothing */
+  o.max_new_tokens = max_new > m->cfg.ctx ? m->cfg.ctx : (int)max_new;
   lua_getfield(L, 2, "prompts");
   int p_idx = lua_gettop(L);
   token_batch tb = read_batch(L, p_idx, 2, "prompts", m->cfg.vocab, m->cfg.ctx);
-  /* stop ids */
-  int nstop = 0;
-  int32_t stop[64];
+  int32_t stop[STOP_IDS_MAX];
   if (lua_getfield(L, 2, "stop") == LUA_TTABLE) {
     lua_Integer k = luaL_len(L, -1);
-    if (k > 64) return luaL_argerror(L, 2, "stop: at most 64 token ids");
+    if (k > STOP_IDS_MAX) return luaL_argerror(L, 2, "stop: at most 64 token ids");
     for (int i = 0; i < k; i++) {
       lua_geti(L, -1, i + 1);
       int ok;
       lua_Integer v = lua_tointegerx(L, -1, &ok);
       if (!ok || v < 0 || v >= m->cfg.vocab) return luaL_argerror(L, 2, "stop: token ids expected");
-      stop[nstop++] = (int32_t)v;
+      stop[o.n_stop++] = (int32_t)v;
       lua_pop(L, 1);
     }
   } else if (!lua_isnil(L, -1)) {
     return luaL_argerror(L, 2, "stop: table of token ids expected");
   }
   lua_pop(L, 1);
+  o.stop = stop;
   stop_strings ss;
   read_stop_strings(L, 2, &ss);
-  int longest = 0;
-  for (int b = 0; b < tb.batch; b++) longest = tb.lengths[b] > longest ? tb.lengths[b] : longest;
-  int64_t capacity = longest + max_new;
-  if (capacity > m->cfg.ctx) capacity = m->cfg.ctx;
-  mrl_kv_cache *c = generation_cache(L, lm, tb.batch, (int)capacity);
-  int *slots = lua_newuserdatauv(L, sizeof(int) * (size_t)tb.batch * 3, 0);
-  int *counts = slots + tb.batch, *active = slots + 2 * tb.batch;
-  int32_t *compact = lua_newuserdatauv(L, sizeof(int32_t) * (size_t)tb.batch * (size_t)tb.steps, 0);
+  o.stop_strings = ss.text;
+  o.stop_lengths = ss.len;
+  o.n_stop_strings = ss.n;
+  o.tokenizer = ss.tok;
+  /* the prompts concatenated, as the C API takes them */
+  int *lengths = lua_newuserdatauv(L, sizeof(int) * (size_t)tb.batch * 3, 0);
+  int *reasons = lengths + tb.batch, *plen = lengths + 2 * tb.batch;
+  int32_t *prompts = lua_newuserdatauv(L, sizeof(int32_t) * (size_t)tb.batch * (size_t)tb.steps, 0);
   int64_t off = 0;
+  int longest = 0;
   for (int b = 0; b < tb.batch; b++) {
-    mrl_kv_cache_reset(c, b, (uint64_t)(seed + b));
-    slots[b] = b;
-    counts[b] = tb.lengths[b];
-    memcpy(compact + off, tb.tokens + (int64_t)b * tb.steps, sizeof(int32_t) * (size_t)counts[b]);
-    off += counts[b];
+    plen[b] = tb.lengths[b];
+    memcpy(prompts + off, tb.tokens + (int64_t)b * tb.steps, sizeof(int32_t) * (size_t)plen[b]);
+    off += plen[b];
+    if (plen[b] > longest) longest = plen[b];
   }
-  mrl_status st = mrl_kv_cache_append(c, tb.batch, slots, compact, counts);
+  int64_t capacity = (int64_t)longest + o.max_new_tokens;
+  if (capacity > m->cfg.ctx) capacity = m->cfg.ctx;
+  o.cache = generation_cache(L, lm, tb.batch, (int)capacity);
+  size_t cells = (size_t)tb.batch * (size_t)o.max_new_tokens;
+  int32_t *tok = lua_newuserdatauv(L, sizeof(int32_t) * cells, 0);
+  float *lp = lua_newuserdatauv(L, sizeof(float) * cells, 0);
+  mrl_status st = mrl_model_generate(m, tb.batch, prompts, plen, &o, tok, lp, lengths, reasons);
   if (st) return raise_model(L, m, st, 2);
-  /* results: tokens and logprobs tables per sequence, filled as we go */
-  lua_createtable(L, tb.batch, 0);
-  int out_tok = lua_gettop(L);
-  lua_createtable(L, tb.batch, 0);
-  int out_lp = lua_gettop(L);
-  lua_createtable(L, tb.batch, 0);
-  int out_reason = lua_gettop(L);
-  for (int b = 0; b < tb.batch; b++) {
-    lua_newtable(L);
-    lua_rawseti(L, out_tok, b + 1);
-    lua_newtable(L);
-    lua_rawseti(L, out_lp, b + 1);
-  }
-  int nactive = tb.batch;
-  for (int b = 0; b < tb.batch; b++) active[b] = b;
-  int32_t *tok = lua_newuserdatauv(L, sizeof(int32_t) * (size_t)tb.batch, 0);
-  float *lp = lua_newuserdatauv(L, sizeof(float) * (size_t)tb.batch, 0);
-  char *tails = ss.n ? lua_newuserdatauv(L, (size_t)STOP_TAIL * (size_t)tb.batch, 0) : NULL;
-  size_t *tail_used = ss.n ? lua_newuserdatauv(L, sizeof(size_t) * (size_t)tb.batch, 0) : NULL;
-  for (int b = 0; ss.n && b < tb.batch; b++) tail_used[b] = 0;
-  for (lua_Integer step = 0; step < max_new && nactive > 0; step++) {
-    if ((st = mrl_kv_cache_sample(c, nactive, active, &s, tok, lp))) return raise_model(L, m, st, 2);
-    int keep = 0;
-    for (int i = 0; i < nactive; i++) {
-      int b = active[i];
-      lua_rawgeti(L, out_tok, b + 1);
-      lua_pushinteger(L, tok[i]);
-      lua_rawseti(L, -2, (lua_Integer)step + 1);
-      lua_pop(L, 1);
-      lua_rawgeti(L, out_lp, b + 1);
-      lua_pushnumber(L, lp[i]);
-      lua_rawseti(L, -2, (lua_Integer)step + 1);
-      lua_pop(L, 1);
-      bool stopped = false;
-      for (int k = 0; k < nstop; k++) stopped = stopped || tok[i] == stop[k];
-      if (ss.n && hits_stop_string(&ss, tails + (size_t)b * STOP_TAIL, &tail_used[b], tok[i]))
-        stopped = true;
-      bool full = mrl_kv_cache_length(c, b) >= capacity;
-      if (stopped || full || step + 1 == max_new) {
-        lua_pushstring(L, stopped ? "stop" : "length");
-        lua_rawseti(L, out_reason, b + 1);
-      } else {
-        active[keep] = b;
-        tok[keep] = tok[i];
-        keep++;
-      }
-    }
-    nactive = keep;
-    if (nactive > 0) {
-      for (int i = 0; i < nactive; i++) counts[i] = 1;
-      if ((st = mrl_kv_cache_append(c, nactive, active, tok, counts))) return raise_model(L, m, st, 2);
-    }
-  }
   lua_createtable(L, 0, 3);
-  lua_pushvalue(L, out_tok);
-  lua_setfield(L, -2, "tokens");
-  lua_pushvalue(L, out_lp);
-  lua_setfield(L, -2, "logprobs");
-  lua_pushvalue(L, out_reason);
+  static const char *const outputs[] = {"tokens", "logprobs"};
+  for (int f = 0; f < 2; f++) {
+    lua_createtable(L, tb.batch, 0);
+    for (int b = 0; b < tb.batch; b++) {
+      lua_createtable(L, lengths[b], 0);
+      size_t row = (size_t)b * (size_t)o.max_new_tokens;
+      for (int i = 0; i < lengths[b]; i++) {
+        if (f == 0)
+          lua_pushinteger(L, tok[row + (size_t)i]);
+        else
+          lua_pushnumber(L, lp[row + (size_t)i]);
+        lua_rawseti(L, -2, i + 1);
+      }
+      lua_rawseti(L, -2, b + 1);
+    }
+    lua_setfield(L, -2, outputs[f]);
+  }
+  lua_createtable(L, tb.batch, 0);
+  for (int b = 0; b < tb.batch; b++) {
+    lua_pushstring(L, reasons[b] == MRL_TURN_STOP ? "stop" : "length");
+    lua_rawseti(L, -2, b + 1);
+  }
   lua_setfield(L, -2, "stop");
   return 1;
 }

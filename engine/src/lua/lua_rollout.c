@@ -1,12 +1,18 @@
 /* lua_rollout.c - rollouts from Lua (`rl.rollout`): Lua environments wrapped as mrl_env vtables
- * for the C episode driver, and the episodes' records handed back as tensors (one copy out of the
- * rollout, then views). Environment errors end only their episode; the message is kept. */
+ * for the C episode driver and tree rollouts (mrl_rollout_run, mrl_rollout_run_tree), and the
+ * episodes' records handed back as tensors (one copy out of the rollout, then views).
+ * Environment errors end only their episode; the message is kept. Every call into Lua that the
+ * engine makes (reset, step, clone) runs under lua_pcall, so no Lua error, out-of-memory errors
+ * included, unwinds through the engine's frames. The step function comes from the Lua facade
+ * (moonrl.env registers it with rl.rollout.set_step): this module requires no Lua module. */
 #include "lua_internal.h"
-#include "rollout.h"
 
+#include <stdio.h>
 #include <string.h>
 
 #define ROLLOUT_MT "moonrl.rollout"
+#define ENVS_MT "moonrl.rollout.envs"
+#define STEP_KEY "moonrl.rollout.step" /* registry: the step function set_step registered */
 
 typedef struct {
   mrl_rollout *r;
@@ -14,14 +20,24 @@ typedef struct {
   int episodes, capacity;
 } lrollout;
 
+typedef struct run_envs run_envs;
+
 /* A Lua environment instance as an mrl_env. */
 typedef struct {
   mrl_env vt;
   lua_State *L;
+  run_envs *run;                                    /* the run's wrappers (clone takes one) */
   int module, instance, task, rng, record, step_fn; /* registry references */
   int obs;                                          /* reference to the last observation */
   char err[512];
 } lua_env;
+
+/* The wrappers of one run, in a userdata closed (references released) when the run returns or
+ * raises: n roots, then the wrappers the roots' clones fill in, `used` of them so far. */
+struct run_envs {
+  int n, forks, used;
+  lua_env env[];
+};
 
 static lrollout *check_rollout(lua_State *L, int idx) {
   lrollout *b = luaL_checkudata(L, idx, ROLLOUT_MT);
@@ -29,84 +45,246 @@ static lrollout *check_rollout(lua_State *L, int idx) {
   return b;
 }
 
-/* Calls the function below nargs arguments on top of L with a traceback handler; on failure
- * keeps the message in env->err. */
-static mrl_status call_lua(lua_env *env, int nargs, int nresults) {
+/* ---- Lua environments behind the mrl_env vtable ----
+ * Each callback runs a p_* function under lua_pcall: everything that may raise (calls, table
+ * lookups through metamethods, strings, references) happens inside it, and only what cannot
+ * allocate happens outside. */
+
+/* Runs f(args) under lua_pcall with a traceback handler. On failure keeps the message in
+ * env->err (read without converting, so without allocating) and returns MRL_ERR_LUA, or
+ * MRL_ERR_NOMEM for a memory error. Leaves the stack as it was. */
+static mrl_status protected_call(lua_env *env, lua_CFunction f, void *args) {
   lua_State *L = env->L;
-  int base = lua_gettop(L) - nargs;
+  int top = lua_gettop(L);
   lua_pushcfunction(L, mrl__lua_traceback);
-  lua_insert(L, base);
-  int rc = lua_pcall(L, nargs, nresults, base);
-  lua_remove(L, base);
-  if (rc == LUA_OK) return MRL_OK;
-  const char *msg = lua_tostring(L, -1);
-  snprintf(env->err, sizeof env->err, "%s", msg ? msg : "(error without a message)");
-  lua_pop(L, 1);
-  return MRL_ERR_LUA;
+  lua_pushcfunction(L, f);
+  lua_pushlightuserdata(L, args);
+  int rc = lua_pcall(L, 1, 0, top + 1);
+  if (rc != LUA_OK) {
+    if (lua_type(L, -1) == LUA_TSTRING)
+      snprintf(env->err, sizeof env->err, "%s", lua_tostring(L, -1));
+    else if (rc == LUA_ERRMEM)
+      snprintf(env->err, sizeof env->err, "not enough memory");
+    else
+      snprintf(env->err, sizeof env->err, "(error object is a %s value)", luaL_typename(L, -1));
+  }
+  lua_settop(L, top);
+  return rc == LUA_OK ? MRL_OK : rc == LUA_ERRMEM ? MRL_ERR_NOMEM : MRL_ERR_LUA;
 }
 
-/* Keeps the string at the top of the stack alive as the environment's last observation. */
+/* Keeps the string at the top of the stack alive as the environment's last observation (pops
+ * it). */
 static void hold_observation(lua_env *env, const char **obs, size_t *len) {
   lua_State *L = env->L;
   luaL_unref(L, LUA_REGISTRYINDEX, env->obs);
+  env->obs = LUA_NOREF; /* should luaL_ref raise, nothing refers to the old slot twice */
   *obs = lua_tolstring(L, -1, len);
   env->obs = luaL_ref(L, LUA_REGISTRYINDEX);
 }
 
-static mrl_status env_reset(void *self, const char **obs, size_t *len) {
-  lua_env *env = self;
-  lua_State *L = env->L;
+/* What a p_* function hands back besides raising: a refusal (st, message in env->err) or its
+ * results. */
+typedef struct {
+  lua_env *env;
+  mrl_status st;
+  const char *action, *obs;
+  size_t action_len, obs_len;
+  double reward;
+  int done;
+  lua_env *copy; /* clone: the wrapper to fill */
+} env_call;
+
+static int refuse(env_call *c, const char *msg) {
+  snprintf(c->env->err, sizeof c->env->err, "%s", msg);
+  c->st = MRL_ERR_INVALID;
+  return 0;
+}
+
+/* instance:reset(task, rng) -> the first observation */
+static int p_reset(lua_State *L) {
+  env_call *c = lua_touserdata(L, 1);
+  lua_env *env = c->env;
   lua_rawgeti(L, LUA_REGISTRYINDEX, env->instance);
-  if (lua_getfield(L, -1, "reset") != LUA_TFUNCTION) {
-    lua_pop(L, 2);
-    snprintf(env->err, sizeof env->err, "the environment instance has no reset method");
-    return MRL_ERR_INVALID;
-  }
+  if (lua_getfield(L, -1, "reset") != LUA_TFUNCTION)
+    return refuse(c, "the environment instance has no reset method");
   lua_insert(L, -2); /* reset, instance */
   lua_rawgeti(L, LUA_REGISTRYINDEX, env->task);
   lua_rawgeti(L, LUA_REGISTRYINDEX, env->rng);
-  mrl_status st = call_lua(env, 3, 1);
-  if (st) return st;
+  lua_call(L, 3, 1);
   if (lua_type(L, -1) != LUA_TSTRING) {
     snprintf(env->err, sizeof env->err, "reset returned %s, not an observation string",
              luaL_typename(L, -1));
-    lua_pop(L, 1);
-    return MRL_ERR_INVALID;
+    c->st = MRL_ERR_INVALID;
+    return 0;
   }
-  hold_observation(env, obs, len);
+  hold_observation(env, &c->obs, &c->obs_len);
+  return 0;
+}
+
+/* step(module, instance, action, record) -> observation, reward, done */
+static int p_step(lua_State *L) {
+  env_call *c = lua_touserdata(L, 1);
+  lua_env *env = c->env;
+  lua_rawgeti(L, LUA_REGISTRYINDEX, env->step_fn);
+  lua_rawgeti(L, LUA_REGISTRYINDEX, env->module);
+  lua_rawgeti(L, LUA_REGISTRYINDEX, env->instance);
+  lua_pushlstring(L, c->action, c->action_len);
+  lua_rawgeti(L, LUA_REGISTRYINDEX, env->record);
+  lua_call(L, 4, 3);
+  c->reward = lua_tonumber(L, -2);
+  c->done = lua_toboolean(L, -1);
+  lua_pop(L, 2);
+  if (lua_isnil(L, -1))
+    c->obs = NULL;
+  else
+    hold_observation(env, &c->obs, &c->obs_len);
+  return 0;
+}
+
+/* Pushes a new list holding the entries of the list referenced by ref, up to `limit`. */
+static void push_list_copy(lua_State *L, int ref, lua_Integer limit) {
+  lua_rawgeti(L, LUA_REGISTRYINDEX, ref);
+  int old = lua_gettop(L);
+  lua_Integer len = luaL_len(L, old);
+  if (len > limit) len = limit;
+  lua_createtable(L, (int)len, 0);
+  for (lua_Integer t = 1; t <= len; t++) {
+    lua_rawgeti(L, old, t);
+    lua_rawseti(L, -2, t);
+  }
+  lua_remove(L, old);
+}
+
+/* instance:clone() into the wrapper c->copy: the new instance, the same module, task, rng and
+ * step function, and a new list of the records so far. */
+static int p_clone(lua_State *L) {
+  env_call *c = lua_touserdata(L, 1);
+  lua_env *src = c->env, *dst = c->copy;
+  lua_rawgeti(L, LUA_REGISTRYINDEX, src->instance);
+  if (lua_getfield(L, -1, "clone") != LUA_TFUNCTION)
+    return refuse(c, "the environment instance has no clone() method");
+  lua_insert(L, -2); /* clone, instance */
+  lua_call(L, 1, 1);
+  if (!lua_istable(L, -1)) return refuse(c, "it did not return a table");
+  dst->instance = luaL_ref(L, LUA_REGISTRYINDEX);
+  int from[] = {src->module, src->task, src->rng, src->step_fn};
+  int *to[] = {&dst->module, &dst->task, &dst->rng, &dst->step_fn};
+  for (int i = 0; i < 4; i++) {
+    lua_rawgeti(L, LUA_REGISTRYINDEX, from[i]);
+    *to[i] = luaL_ref(L, LUA_REGISTRYINDEX);
+  }
+  push_list_copy(L, src->record, LUA_MAXINTEGER);
+  dst->record = luaL_ref(L, LUA_REGISTRYINDEX);
+  return 0;
+}
+
+static mrl_status env_reset(void *self, const char **obs, size_t *len) {
+  env_call c = {.env = self};
+  mrl_status st = protected_call(self, p_reset, &c);
+  if (st || c.st) return st ? st : c.st;
+  *obs = c.obs;
+  *len = c.obs_len;
   return MRL_OK;
 }
 
 static mrl_status env_step(void *self, const char *action, size_t action_len, const char **obs,
                            size_t *obs_len, double *reward, int *done) {
-  lua_env *env = self;
-  lua_State *L = env->L;
-  lua_rawgeti(L, LUA_REGISTRYINDEX, env->step_fn);
-  lua_rawgeti(L, LUA_REGISTRYINDEX, env->module);
-  lua_rawgeti(L, LUA_REGISTRYINDEX, env->instance);
-  lua_pushlstring(L, action, action_len);
-  lua_rawgeti(L, LUA_REGISTRYINDEX, env->record);
-  mrl_status st = call_lua(env, 4, 3);
+  env_call c = {.env = self, .action = action, .action_len = action_len};
+  mrl_status st = protected_call(self, p_step, &c);
   if (st) return st;
-  *reward = lua_tonumber(L, -2);
-  *done = lua_toboolean(L, -1);
-  lua_pop(L, 2);
-  if (lua_isnil(L, -1)) {
-    lua_pop(L, 1);
-    *obs = NULL;
-    *obs_len = 0;
-  } else {
-    hold_observation(env, obs, obs_len);
-  }
+  *obs = c.obs;
+  *obs_len = c.obs ? c.obs_len : 0;
+  *reward = c.reward;
+  *done = c.done;
   return MRL_OK;
 }
 
 static const char *env_error(void *self) { return ((lua_env *)self)->err; }
 
+/* The clone of a root: a wrapper of the run, filled by instance:clone(). */
+static mrl_status env_clone(void *self, mrl_env **out) {
+  lua_env *src = self;
+  run_envs *run = src->run;
+  if (run->used >= run->forks) {
+    snprintf(src->err, sizeof src->err, "more clones than the tree has branches");
+    return MRL_ERR_INVALID;
+  }
+  env_call c = {.env = src, .copy = &run->env[run->n + run->used++]};
+  mrl_status st = protected_call(src, p_clone, &c);
+  if (st || c.st) return st ? st : c.st;
+  *out = &c.copy->vt;
+  return MRL_OK;
+}
+
+/* __close of a run's wrappers: releases their references (never raises: luaL_unref reuses the
+ * registry's existing slots). */
+static int envs_close(lua_State *L) {
+  run_envs *run = luaL_checkudata(L, 1, ENVS_MT);
+  for (int i = 0; i < run->n + run->used; i++) {
+    lua_env *env = &run->env[i];
+    int *refs[] = {&env->module, &env->instance, &env->task, &env->rng,
+                   &env->record, &env->step_fn, &env->obs};
+    for (size_t k = 0; k < sizeof refs / sizeof *refs; k++) {
+      luaL_unref(L, LUA_REGISTRYINDEX, *refs[k]);
+      *refs[k] = LUA_NOREF;
+    }
+  }
+  run->used = 0;
+  run->n = 0;
+  return 0;
+}
+
+/* Pushes the wrappers for n roots and `forks` clones, to be closed with the calling function. */
+static run_envs *push_run_envs(lua_State *L, int n, int forks) {
+  int total = n + forks;
+  run_envs *run = lua_newuserdatauv(L, sizeof *run + sizeof(lua_env) * (size_t)total, 0);
+  run->n = n;
+  run->forks = forks;
+  run->used = 0;
+  for (int i = 0; i < total; i++) {
+    lua_env *env = &run->env[i];
+    memset(env, 0, sizeof *env);
+    env->L = L;
+    env->run = run;
+    env->module = env->instance = env->task = env->rng = env->record = env->step_fn = env->obs =
+        LUA_NOREF;
+    env->vt = (mrl_env){.self = env, .reset = env_reset, .step = env_step, .error = env_error};
+  }
+  luaL_setmetatable(L, ENVS_MT);
+  lua_toclose(L, -1);
+  return run;
+}
+
+/* ---- options ---- */
+
+void mrl__lua_check_fields(lua_State *L, int idx, const char *const *known) {
+  idx = lua_absindex(L, idx);
+  lua_pushnil(L);
+  while (lua_next(L, idx)) {
+    lua_pop(L, 1);
+    bool ok = false;
+    for (int i = 0; known[i] && !ok; i++)
+      ok = lua_type(L, -1) == LUA_TSTRING && strcmp(lua_tostring(L, -1), known[i]) == 0;
+    if (ok) continue;
+    const char *key = luaL_tolstring(L, -1, NULL);
+    luaL_Buffer b;
+    luaL_buffinit(L, &b);
+    for (int i = 0; known[i]; i++) {
+      if (i) luaL_addstring(&b, ", ");
+      luaL_addstring(&b, known[i]);
+    }
+    luaL_pushresult(&b);
+    luaL_argerror(L, idx, lua_pushfstring(L, "unknown field '%s' (expected %s)", key,
+                                          lua_tostring(L, -1)));
+  }
+}
+
 /* ---- rl.rollout.new{model =, episodes =, capacity =} ---- */
 
 static int l_new(lua_State *L) {
+  static const char *const fields[] = {"model", "episodes", "capacity", NULL};
   luaL_checktype(L, 1, LUA_TTABLE);
+  mrl__lua_check_fields(L, 1, fields);
   lua_getfield(L, 1, "model");
   mrl_model *m = mrl__lua_check_model(L, -1, "model");
   int model_idx = lua_gettop(L);
@@ -127,6 +305,16 @@ static int l_new(lua_State *L) {
   return 1;
 }
 
+/* rl.rollout.set_step(fn): the function ro:run steps Lua environments with,
+ * fn(module, instance, action, record) -> observation, reward, done (moonrl.env registers its
+ * step when it loads; one per Lua state). */
+static int l_set_step(lua_State *L) {
+  luaL_checktype(L, 1, LUA_TFUNCTION);
+  lua_settop(L, 1);
+  lua_setfield(L, LUA_REGISTRYINDEX, STEP_KEY);
+  return 0;
+}
+
 /* ---- ro:run{...} ---- */
 
 static mrl_chat_template chat_option(lua_State *L, int opts) {
@@ -135,15 +323,6 @@ static mrl_chat_template chat_option(lua_State *L, int opts) {
   int i = luaL_checkoption(L, -1, "auto", names);
   lua_pop(L, 1);
   return (mrl_chat_template)i;
-}
-
-/* Frees what a run set up: the environment wrappers and their references. */
-static void release_envs(lua_State *L, lua_env *envs, int n) {
-  for (int i = 0; i < n; i++) {
-    int refs[] = {envs[i].module, envs[i].instance, envs[i].task, envs[i].rng, envs[i].record,
-                  envs[i].step_fn, envs[i].obs};
-    for (size_t k = 0; k < sizeof refs / sizeof *refs; k++) luaL_unref(L, LUA_REGISTRYINDEX, refs[k]);
-  }
 }
 
 /* Sets summary.branch = {root =, index =} on the table at the top of the stack. */
@@ -156,103 +335,51 @@ static void set_branch(lua_State *L, int root, int index) {
   lua_setfield(L, -2, "branch");
 }
 
-/* The seed of fork j of a root seeded s: splitmix64 of s and j. */
-static uint64_t fork_seed(uint64_t s, int j) {
-  uint64_t z = s + 0x9E3779B97F4A7C15ull * (uint64_t)(j + 1);
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return z ^ (z >> 31);
-}
-
-/* Forks root episode `root` into episode `dst` (fork index j >= 1): the rollout's record and
- * cache, the environment by instance:clone() when the root is paused (an ended root's instance
- * is shared: it is never stepped again), a copy of the root's record list, and the summary.
- * A clone that raises ends only the fork (env_error). Returns a message for misuse (no clone
- * method), else NULL. */
-static const char *fork_episode(lua_State *L, lrollout *ro, lua_env *envs, int results, int root,
-                                int dst, int j) {
-  lua_env *src = &envs[root], *env = &envs[dst];
-  lua_rawgeti(L, results, root + 1);
-  int summary = lua_gettop(L);
-  lua_getfield(L, summary, "seed");
-  uint64_t seed = fork_seed((uint64_t)lua_tointeger(L, -1), j);
-  lua_pop(L, 1);
-  mrl_status st = mrl_rollout_fork(ro->r, root, dst, seed);
-  if (st) {
-    lua_pop(L, 1);
-    return mrl_engine_last_error(mrl_model_engine(ro->model));
-  }
-  bool paused = mrl_rollout_end(ro->r, root) == MRL_END_PAUSED;
-  lua_rawgeti(L, LUA_REGISTRYINDEX, src->instance);
-  if (paused) {
-    if (lua_getfield(L, -1, "clone") != LUA_TFUNCTION) {
-      lua_pop(L, 3);
-      return "branch: the environment instance has no clone() method";
-    }
-    lua_insert(L, -2); /* clone, instance */
-    lua_pushcfunction(L, mrl__lua_traceback);
-    lua_insert(L, -3);
-    int rc = lua_pcall(L, 1, 1, -3);
-    lua_remove(L, -2);
-    if (rc != LUA_OK || !lua_istable(L, -1)) {
-      mrl_episode *p = &ro->r->ep[dst];
-      p->end = MRL_END_ENV_ERROR;
-      snprintf(p->error, sizeof p->error, "clone: %s",
-               rc != LUA_OK && lua_isstring(L, -1) ? lua_tostring(L, -1) : "it did not return a table");
-      lua_pop(L, 1);
-      lua_rawgeti(L, LUA_REGISTRYINDEX, src->instance);
-    }
-  }
-  env->instance = luaL_ref(L, LUA_REGISTRYINDEX);
-  int refs[] = {src->module, src->task, src->rng, src->step_fn};
-  int *dsts[] = {&env->module, &env->task, &env->rng, &env->step_fn};
-  for (int r = 0; r < 4; r++) {
-    lua_rawgeti(L, LUA_REGISTRYINDEX, refs[r]);
-    *dsts[r] = luaL_ref(L, LUA_REGISTRYINDEX);
-  }
-  /* the record so far, a new list of the same entries */
-  lua_rawgeti(L, LUA_REGISTRYINDEX, src->record);
-  int old = lua_gettop(L);
-  lua_Integer len = luaL_len(L, old);
-  lua_createtable(L, (int)len, 0);
-  for (lua_Integer t = 1; t <= len; t++) {
-    lua_rawgeti(L, old, t);
-    lua_rawseti(L, -2, t);
-  }
-  lua_remove(L, old);
-  lua_pushvalue(L, -1);
-  env->record = luaL_ref(L, LUA_REGISTRYINDEX);
-  lua_createtable(L, 0, 10);
-  lua_insert(L, -2);
+/* The summary of branch j (>= 1) of root i into results[dst + 1]: its clone's instance and
+ * records, or, for a branch that got no clone (its root had ended, or the clone failed), the
+ * root's instance and the root's records up to the branch's turns (those of the fork). */
+static void branch_summary(lua_State *L, lrollout *ro, run_envs *run, mrl_env *clone,
+                           const uint64_t *seeds, int results, int i, int j, int dst) {
+  lua_env *root = &run->env[i], *env = clone ? clone->self : root;
+  lua_createtable(L, 0, 12);
+  if (clone)
+    lua_rawgeti(L, LUA_REGISTRYINDEX, env->record);
+  else
+    push_list_copy(L, root->record, mrl_rollout_turn_count(ro->r, dst));
   lua_setfield(L, -2, "record");
   lua_rawgeti(L, LUA_REGISTRYINDEX, env->instance);
   lua_setfield(L, -2, "instance");
-  lua_getfield(L, summary, "task");
+  lua_rawgeti(L, LUA_REGISTRYINDEX, root->task);
   lua_setfield(L, -2, "task");
-  lua_pushinteger(L, (lua_Integer)seed);
+  lua_pushinteger(L, (lua_Integer)mrl_rollout_branch_seed(seeds[i], j));
   lua_setfield(L, -2, "seed");
-  set_branch(L, root + 1, j + 1);
+  set_branch(L, i + 1, j + 1);
   lua_rawseti(L, results, dst + 1);
-  lua_pop(L, 1); /* the root's summary */
-  return NULL;
 }
 
 /* ro:run{tokenizer =, env = <module>, tasks = {...}, seeds = {...}, max_turns = 8,
  *         max_turn_tokens = 64, temperature = 1, top_k = 0, top_p = 1, min_p = 0, system =,
- *         chat = "auto", observation_role = "user"} -> list of episode summaries:
+ *         chat = "auto", observation_role = "user", branch =} -> list of episode summaries:
  *   {end = "done"|"max_turns"|"budget"|"env_error", error = msg, turns = n, rewards = {...},
  *    record = {{action=, parsed=, observation=, reward=, done=, info=}, ...}, instance = env,
  *    task = task, seed = seed, length = tokens}
  * One environment instance per task (module.new()), episode i with tasks[i] and seeds[i].
- * branch = {turn = t, k = K} makes a tree: the n episodes (the roots) run t turns, then each is
- * forked into K - 1 more episodes (KV cache and record copied, environment by instance:clone(),
- * which the instance must have) and all n * K go on to the end. Summaries n + 1 .. n * K are the
- * forks, root i's at n + (i - 1) * (K - 1) + 1 ..; each summary has branch = {root = i,
- * index = 1 for the root itself, 2..K for its forks}. A root that ended within t turns is copied
- * as it is. A fork's stream is seeded from its root's seed and its index. */
+ * branch = {turn = t, k = K} makes a tree (mrl_rollout_run_tree): the n episodes (the roots)
+ * run t turns, then each is forked into K - 1 more episodes (KV cache and record copied,
+ * environment by instance:clone(), which every instance must have) and all n * K go on to the
+ * end. Summaries n + 1 .. n * K are the forks, root i's at n + (i - 1) * (K - 1) + 1 ..; each
+ * summary has branch = {root = i, index = 1 for the root itself, 2..K for its forks}. A root
+ * that ended within t turns is copied as it is. A fork's stream is seeded from its root's seed
+ * and its index (mrl_rollout_branch_seed). */
 static int m_run(lua_State *L) {
+  static const char *const fields[] = {
+      "tokenizer", "env",    "tasks", "seeds",  "max_turns",        "max_turn_tokens", "temperature",
+      "top_k",     "top_p",  "min_p", "system", "observation_role", "chat",            "branch",
+      NULL};
   lrollout *ro = check_rollout(L, 1);
   luaL_checktype(L, 2, LUA_TTABLE);
+  luaL_checkstack(L, 2 * LUA_MINSTACK, "rl.rollout: run"); /* ~20 values stay on the stack */
+  mrl__lua_check_fields(L, 2, fields);
   lua_getfield(L, 2, "tokenizer");
   mrl_tokenizer *tok = mrl__lua_test_tokenizer(L, -1);
   if (!tok) return luaL_argerror(L, 2, "tokenizer: an rl.tokenizer expected");
@@ -307,44 +434,38 @@ static int m_run(lua_State *L) {
                                                  "rollout has %d", n, k, n * k, ro->episodes));
   }
   lua_pop(L, 1);
-  int total = n * k;
+  int total = n * k, forks = n * (k - 1);
 
-  /* the step wrapper (moonrl.env.step) */
-  lua_getglobal(L, "require");
-  lua_pushstring(L, "moonrl.env");
-  lua_call(L, 1, 1);
-  lua_getfield(L, -1, "step");
+  if (lua_getfield(L, LUA_REGISTRYINDEX, STEP_KEY) != LUA_TFUNCTION)
+    return luaL_error(L, "rl.rollout: no step function; load moonrl.env (it registers its step) "
+                         "or call rl.rollout.set_step(fn)");
   int step_fn = lua_gettop(L);
-  /* environments: wrappers in a userdata (collected with the call's stack), references in the
-   * registry (released below, also when a later step raises) */
-  lua_env *envs = lua_newuserdatauv(L, sizeof(lua_env) * (size_t)total, 0);
-  mrl_env **pv = lua_newuserdatauv(L, sizeof(mrl_env *) * (size_t)total, 0);
-  uint64_t *seeds = lua_newuserdatauv(L, sizeof(uint64_t) * (size_t)total, 0);
-  for (int i = 0; i < total; i++) {
-    envs[i] = (lua_env){.L = L, .module = LUA_NOREF, .instance = LUA_NOREF, .task = LUA_NOREF,
-                        .rng = LUA_NOREF, .record = LUA_NOREF, .step_fn = LUA_NOREF,
-                        .obs = LUA_NOREF};
-    envs[i].vt = (mrl_env){&envs[i], env_reset, env_step, env_error};
-    pv[i] = &envs[i].vt;
-  }
+  /* environments: wrappers in a userdata whose references are released when this function
+   * returns or raises; vectors for the C calls */
+  run_envs *run = push_run_envs(L, n, forks);
+  mrl_env **pv = lua_newuserdatauv(L, sizeof(mrl_env *) * (size_t)n, 0);
+  uint64_t *seeds = lua_newuserdatauv(L, sizeof(uint64_t) * (size_t)n, 0);
+  mrl_env **clones = lua_newuserdatauv(L, sizeof(mrl_env *) * (size_t)(forks > 0 ? forks : 1), 0);
   lua_createtable(L, total, 0); /* the results */
   int results = lua_gettop(L);
   for (int i = 0; i < n; i++) {
-    lua_env *env = &envs[i];
+    lua_env *env = &run->env[i];
+    pv[i] = &env->vt;
     lua_geti(L, seeds_idx, i + 1);
     int ok;
     lua_Integer seed = lua_tointegerx(L, -1, &ok);
     lua_pop(L, 1);
-    if (!ok) {
-      release_envs(L, envs, i);
-      return luaL_argerror(L, 2, lua_pushfstring(L, "seeds[%d]: integer expected", i + 1));
-    }
+    if (!ok) return luaL_argerror(L, 2, lua_pushfstring(L, "seeds[%d]: integer expected", i + 1));
     seeds[i] = (uint64_t)seed;
     lua_getfield(L, module, "new");
-    if (lua_pcall(L, 0, 1, 0) != LUA_OK || !lua_istable(L, -1)) {
-      release_envs(L, envs, i);
+    if (lua_pcall(L, 0, 1, 0) != LUA_OK || !lua_istable(L, -1))
       return luaL_error(L, "env.new() failed: %s", lua_isstring(L, -1) ? lua_tostring(L, -1)
                                                                        : "it did not return a table");
+    if (k > 1) {
+      if (lua_getfield(L, -1, "clone") != LUA_TFUNCTION)
+        return luaL_error(L, "branch: the environment instance has no clone() method");
+      lua_pop(L, 1);
+      env->vt.clone = env_clone;
     }
     lua_pushvalue(L, -1);
     env->instance = luaL_ref(L, LUA_REGISTRYINDEX);
@@ -360,7 +481,7 @@ static int m_run(lua_State *L) {
     lua_pushvalue(L, step_fn);
     env->step_fn = luaL_ref(L, LUA_REGISTRYINDEX);
     /* the summary table: {instance =, record =, task =, seed =}, filled in below */
-    lua_createtable(L, 0, 10);
+    lua_createtable(L, 0, 12);
     lua_insert(L, -3); /* summary, instance, record */
     lua_setfield(L, -3, "record");
     lua_setfield(L, -2, "instance");
@@ -371,29 +492,16 @@ static int m_run(lua_State *L) {
     if (k > 1) set_branch(L, i + 1, 1);
     lua_rawseti(L, results, i + 1);
   }
-  mrl_status st;
-  if (k > 1) {
-    cfg.pause_turn = branch_turn;
-    st = mrl_rollout_run(ro->r, tok, n, pv, seeds, &cfg);
-    if (st) {
-      release_envs(L, envs, n);
-      return mrl__lua_raise(L, mrl_model_engine(ro->model), st, 0);
-    }
-    for (int i = 0; i < n; i++)
-      for (int j = 1; j < k; j++) {
-        int dst = n + i * (k - 1) + (j - 1);
-            const char *err = fork_episode(L, ro, envs, results, i, dst, j);
-        if (err) {
-          release_envs(L, envs, dst);
-          return luaL_error(L, "%s", err);
-        }
-      }
-    cfg.pause_turn = 0;
-    cfg.resume = 1;
-  }
-  st = mrl_rollout_run(ro->r, tok, total, pv, seeds, &cfg);
-  release_envs(L, envs, total);
+  luaL_checkstack(L, 8, "rl.rollout: run"); /* room for the callbacks' protected calls */
+  mrl_status st = k > 1 ? mrl_rollout_run_tree(ro->r, tok, n, pv, seeds, &cfg, branch_turn, k,
+                                               clones)
+                        : mrl_rollout_run(ro->r, tok, n, pv, seeds, &cfg);
   if (st) return mrl__lua_raise(L, mrl_model_engine(ro->model), st, 0);
+  for (int i = 0; i < n; i++)
+    for (int j = 1; j < k; j++) {
+      int b = i * (k - 1) + (j - 1);
+      branch_summary(L, ro, run, clones[b], seeds, results, i, j, n + b);
+    }
   static const char *const ends[] = {"running", "done", "max_turns", "budget", "env_error",
                                      "paused"};
   for (int i = 0; i < total; i++) {
@@ -407,14 +515,14 @@ static int m_run(lua_State *L) {
     lua_setfield(L, -2, "length");
     const double *rw = mrl_rollout_rewards(ro->r, i);
     lua_createtable(L, turns, 0);
-    double total = 0.0;
+    double sum = 0.0;
     for (int t = 0; t < turns; t++) {
       lua_pushnumber(L, rw[t]);
       lua_rawseti(L, -2, t + 1);
-      total += rw[t];
+      sum += rw[t];
     }
     lua_setfield(L, -2, "rewards");
-    lua_pushnumber(L, total);
+    lua_pushnumber(L, sum);
     lua_setfield(L, -2, "return_");
     const char *err = mrl_rollout_error(ro->r, i);
     if (err) {
@@ -484,9 +592,13 @@ static int m_free(lua_State *L) {
 static const luaL_Reg rollout_methods[] = {
     {"run", m_run}, {"tensors", m_tensors}, {"free", m_free}, {NULL, NULL}};
 static const luaL_Reg rollout_meta[] = {{"__gc", m_free}, {"__close", m_free}, {NULL, NULL}};
-static const luaL_Reg rollout_funcs[] = {{"new", l_new}, {NULL, NULL}};
+static const luaL_Reg rollout_funcs[] = {{"new", l_new}, {"set_step", l_set_step}, {NULL, NULL}};
 
 void mrl__lua_open_rollout(lua_State *L) {
+  luaL_newmetatable(L, ENVS_MT);
+  lua_pushcfunction(L, envs_close);
+  lua_setfield(L, -2, "__close");
+  lua_pop(L, 1);
   luaL_newmetatable(L, ROLLOUT_MT);
   luaL_setfuncs(L, rollout_meta, 0);
   luaL_newlib(L, rollout_methods);

@@ -1,6 +1,7 @@
 /* lua_sandbox.c - the Lua face of the tool sandbox (`rl.sandbox`): pool{...} with the methods
  * run, start, capabilities and close; jobs with wait, kill, done, fd and close; results as
- * tables; the state's shared default pool; and rl.sandbox.lua (lua_sandbox_lua.c). */
+ * tables (built under lua_pcall, so a memory error does not lose the engine's result); the
+ * state's shared default pool; and rl.sandbox.lua (lua_sandbox_lua.c). */
 #include "lua_internal.h"
 
 #include <string.h>
@@ -260,6 +261,25 @@ static void push_result(lua_State *L, const mrl_sandbox_result *r) {
   }
 }
 
+/* push_result under lua_pcall, then frees r whatever happened: a memory error while the table
+ * is built must not lose the result. Re-raises that error after freeing. */
+static int push_result_protected(lua_State *L) {
+  push_result(L, lua_touserdata(L, 1));
+  return 1;
+}
+
+static void push_result_and_free(lua_State *L, mrl_sandbox_result *r) {
+  if (!lua_checkstack(L, 2)) {
+    mrl_sandbox_result_free(r);
+    luaL_error(L, "sandbox: no room on the Lua stack for the result");
+  }
+  lua_pushcfunction(L, push_result_protected);
+  lua_pushlightuserdata(L, r);
+  int rc = lua_pcall(L, 1, 1, 0);
+  mrl_sandbox_result_free(r);
+  if (rc != LUA_OK) lua_error(L);
+}
+
 /* Builds a call from the options table at idx; the arrays live in userdata pushed on the stack
  * (and the strings in the options table). */
 static void read_call(lua_State *L, int idx, mrl_sandbox_call *call) {
@@ -344,8 +364,7 @@ static int m_run(lua_State *L) {
   mrl_engine *e = mrl__lua_engine(L);
   mrl_status st = mrl_sandbox_run(p, &call, &r);
   if (st) return fail_result(L, e, st, 2);
-  push_result(L, r);
-  mrl_sandbox_result_free(r);
+  push_result_and_free(L, r);
   return 1;
 }
 
@@ -418,8 +437,7 @@ static int m_wait(lua_State *L) {
   mrl_engine *e = mrl__lua_engine(L);
   mrl_status st = mrl_sandbox_job_wait(b->j, &r);
   if (st) return mrl__lua_raise(L, e, st, 0);
-  push_result(L, r);
-  mrl_sandbox_result_free(r);
+  push_result_and_free(L, r);
   lua_pushvalue(L, -1);
   lua_setiuservalue(L, 1, 1);
   return 1;

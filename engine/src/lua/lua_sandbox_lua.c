@@ -10,7 +10,10 @@
  * works in a forked copy of this process inside the tool sandbox (seccomp, namespaces, cgroups),
  * which is killed when the wall-clock limit passes. The copy uses no lock another thread may have
  * held when it was made: the state's memory is an arena of its own (mmap), and it reports through
- * fds 1 (print) and 2 (a framed result). */
+ * fds 1 (print) and 2 (a framed result). Nothing raises outside a protected call: not in the
+ * restricted state (whose error object is converted under lua_pcall), and not in the caller's
+ * state while the arena or the sandbox's result is held (the result table is built under
+ * lua_pcall, then they are freed). */
 #define _GNU_SOURCE
 #include "lua_internal.h"
 #include "sandbox.h"
@@ -355,10 +358,22 @@ static int take_value(lua_State *L) {
   return 1;
 }
 
+/* number_text(n): the number as a string (lua_tolstring converts in place, which allocates:
+ * run under lua_pcall, so that a state at its memory cap cannot raise unprotected). */
+static int number_text(lua_State *L) {
+  lua_tolstring(L, 1, NULL);
+  return 1;
+}
+
 static void set_error(lua_State *L, rresult *res, int rc) {
   rstate *rs = rstate_of(L);
   res->status = rs->exceeded ? RS_BUDGET : rc == LUA_ERRMEM ? RS_OOM : RS_ERROR;
-  const char *msg = lua_tolstring(L, -1, &res->errlen);
+  if (lua_type(L, -1) == LUA_TNUMBER) {
+    lua_pushcfunction(L, number_text);
+    lua_insert(L, -2);
+    if (lua_pcall(L, 1, 1, 0) != LUA_OK) rc = LUA_ERRMEM;
+  }
+  const char *msg = lua_type(L, -1) == LUA_TSTRING ? lua_tolstring(L, -1, &res->errlen) : NULL;
   if (!msg) {
     msg = "(error object is not a string)";
     res->errlen = strlen(msg);
@@ -540,6 +555,77 @@ static void push_common(lua_State *L, rstatus status, const char *output, size_t
   lua_setfield(L, -2, "output_truncated");
 }
 
+/* The result table of an in-process run (raises on memory errors; run under lua_pcall). */
+typedef struct {
+  rstate *rs;
+  rresult *res;
+} in_process_run;
+
+static int push_in_process(lua_State *L) {
+  in_process_run *run = lua_touserdata(L, 1);
+  const rresult *res = run->res;
+  const rstate *rs = run->rs;
+  lua_createtable(L, 0, 6);
+  push_common(L, res->status, rs->out, rs->out_len, rs->out_total > rs->out_len);
+  switch (res->vtype) {
+  case LUA_TBOOLEAN: lua_pushboolean(L, res->b); break;
+  case LUA_TNUMBER:
+    if (res->vint)
+      lua_pushinteger(L, res->i);
+    else
+      lua_pushnumber(L, res->f);
+    break;
+  case LUA_TSTRING: lua_pushlstring(L, res->s, res->slen); break;
+  default: lua_pushnil(L);
+  }
+  lua_setfield(L, -2, "value");
+  if (res->err) {
+    lua_pushlstring(L, res->err, res->errlen);
+    lua_setfield(L, -2, "error");
+  }
+  return 1;
+}
+
+/* The result table of a run in the sandbox from its result r (raises on memory errors; run
+ * under lua_pcall). */
+static int push_worker(lua_State *L) {
+  const mrl_sandbox_result *r = lua_touserdata(L, 1);
+  lua_settop(L, 0);
+  lua_createtable(L, 0, 6);
+  int top = lua_gettop(L);
+  uint64_t out_total = r->out_total;
+  int fs = r->status == MRL_SANDBOX_EXITED && r->exit_code == 0
+               ? read_frame(L, r->err, r->err_len, &out_total)
+               : -1;
+  rstatus status;
+  if (fs >= 0) {
+    status = (rstatus)fs;
+    lua_setfield(L, -3, "error"); /* the error message (empty when none) ... */
+    lua_getfield(L, -2, "error");
+    if (lua_rawlen(L, -1) == 0) {
+      lua_pushnil(L);
+      lua_setfield(L, -4, "error");
+    }
+    lua_pop(L, 1);
+    lua_setfield(L, -2, "value"); /* ... and the value */
+  } else {
+    lua_settop(L, top);
+    status = r->status == MRL_SANDBOX_TIMEOUT || r->status == MRL_SANDBOX_CPU_LIMIT ? RS_TIMEOUT
+             : r->status == MRL_SANDBOX_OOM                                         ? RS_OOM
+             : r->status == MRL_SANDBOX_SETUP_ERROR                                 ? RS_SETUP
+                                                                                    : RS_ERROR;
+    if (*r->message)
+      lua_pushfstring(L, "the sandboxed worker: %s: %s", mrl_sandbox_status_name(r->status),
+                      r->message);
+    else
+      lua_pushfstring(L, "the sandboxed worker ended: %s %d", mrl_sandbox_status_name(r->status),
+                      r->status == MRL_SANDBOX_EXITED ? r->exit_code : r->signal);
+    lua_setfield(L, -2, "error");
+  }
+  push_common(L, status, r->out, r->out_len, out_total > r->out_len);
+  return 1;
+}
+
 /* rl.sandbox.lua{code=, budget=, mem_mb=, wall_ms=, output_cap=, pool=} -> {status=, value=,
  * output=, error=, output_truncated=}. status: "ok", "error", "budget", "oom", "timeout" or
  * "setup_error". With wall_ms the code runs in the sandbox (pool, else the default pool). */
@@ -581,26 +667,17 @@ int mrl__lua_sandbox_lua(lua_State *L) {
       return luaL_error(L, "rl.sandbox.lua: cannot reserve %d MiB of memory", (int)mem_mb);
     rresult res;
     run_restricted(&rs, code, len, &res);
-    lua_createtable(L, 0, 6);
-    push_common(L, res.status, rs.out, rs.out_len, rs.out_total > rs.out_len);
-    switch (res.vtype) {
-    case LUA_TBOOLEAN: lua_pushboolean(L, res.b); break;
-    case LUA_TNUMBER:
-      if (res.vint)
-        lua_pushinteger(L, res.i);
-      else
-        lua_pushnumber(L, res.f);
-      break;
-    case LUA_TSTRING: lua_pushlstring(L, res.s, res.slen); break;
-    default: lua_pushnil(L);
+    /* the result's strings live in the arena: copied out under lua_pcall, then it goes */
+    in_process_run run = {&rs, &res};
+    if (!lua_checkstack(L, 2)) {
+      rstate_free(&rs);
+      return luaL_error(L, "rl.sandbox.lua: no room on the Lua stack for the result");
     }
-    lua_setfield(L, -2, "value");
-    if (res.err) {
-      lua_pushlstring(L, res.err, res.errlen);
-      lua_setfield(L, -2, "error");
-    }
+    lua_pushcfunction(L, push_in_process);
+    lua_pushlightuserdata(L, &run);
+    int rc = lua_pcall(L, 1, 1, 0);
     rstate_free(&rs);
-    return 1;
+    return rc == LUA_OK ? 1 : lua_error(L);
   }
 
   if (!pool) pool = mrl__lua_default_pool(L);
@@ -621,38 +698,13 @@ int mrl__lua_sandbox_lua(lua_State *L) {
   if (!st) st = mrl_sandbox_job_wait(job, &r);
   mrl_sandbox_job_free(job);
   if (st) return mrl__lua_raise(L, e, st, 0);
-  lua_createtable(L, 0, 6);
-  int top = lua_gettop(L);
-  uint64_t out_total = r->out_total;
-  int fs = r->status == MRL_SANDBOX_EXITED && r->exit_code == 0
-               ? read_frame(L, r->err, r->err_len, &out_total)
-               : -1;
-  rstatus status;
-  if (fs >= 0) {
-    status = (rstatus)fs;
-    lua_setfield(L, -3, "error"); /* the error message (empty when none) ... */
-    lua_getfield(L, -2, "error");
-    if (lua_rawlen(L, -1) == 0) {
-      lua_pushnil(L);
-      lua_setfield(L, -4, "error");
-    }
-    lua_pop(L, 1);
-    lua_setfield(L, -2, "value"); /* ... and the value */
-  } else {
-    lua_settop(L, top);
-    status = r->status == MRL_SANDBOX_TIMEOUT || r->status == MRL_SANDBOX_CPU_LIMIT ? RS_TIMEOUT
-             : r->status == MRL_SANDBOX_OOM                                         ? RS_OOM
-             : r->status == MRL_SANDBOX_SETUP_ERROR                                 ? RS_SETUP
-                                                                                    : RS_ERROR;
-    if (*r->message)
-      lua_pushfstring(L, "the sandboxed worker: %s: %s", mrl_sandbox_status_name(r->status),
-                      r->message);
-    else
-      lua_pushfstring(L, "the sandboxed worker ended: %s %d", mrl_sandbox_status_name(r->status),
-                      r->status == MRL_SANDBOX_EXITED ? r->exit_code : r->signal);
-    lua_setfield(L, -2, "error");
+  if (!lua_checkstack(L, 2)) {
+    mrl_sandbox_result_free(r);
+    return luaL_error(L, "rl.sandbox.lua: no room on the Lua stack for the result");
   }
-  push_common(L, status, r->out, r->out_len, out_total > r->out_len);
+  lua_pushcfunction(L, push_worker);
+  lua_pushlightuserdata(L, r);
+  int rc = lua_pcall(L, 1, 1, 0);
   mrl_sandbox_result_free(r);
-  return 1;
+  return rc == LUA_OK ? 1 : lua_error(L);
 }

@@ -1,8 +1,10 @@
 /* rollout_run.c - the episode driver: environments (mrl_env vtables) and the policy taking turns,
  * all episodes decoded together, observations rendered with the chat template, each episode
- * ending on its own (done, max turns, capacity, environment error). */
+ * ending on its own (done, max turns, capacity, environment error, a reward that is not
+ * finite). */
 #include "rollout.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -208,8 +210,14 @@ mrl_status mrl_rollout_run(mrl_rollout *r, mrl_tokenizer *tok, int n, mrl_env *c
       double reward = 0.0;
       int is_done = 0;
       mrl_status es = envs[e]->step(envs[e]->self, d.text, alen, &obs, &olen, &reward, &is_done);
+      p->rewards[p->turns - 1] = 0.0; /* a failed turn earns nothing */
       if (es) {
         env_failed(&d, envs[e], e, es, "step");
+        continue;
+      }
+      if (!isfinite(reward)) {
+        snprintf(p->error, sizeof p->error, "step: the reward is %g, not a finite number", reward);
+        p->end = MRL_END_ENV_ERROR;
         continue;
       }
       p->rewards[p->turns - 1] = reward;
