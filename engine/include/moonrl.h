@@ -108,6 +108,8 @@ MRL_API mrl_status mrl_rng_seed(mrl_rng *rng, uint64_t seed);
 MRL_API mrl_status mrl_rng_u64(mrl_rng *rng, uint64_t *out);
 MRL_API mrl_status mrl_rng_uniform(mrl_rng *rng, double *out); /* in [0, 1) */
 MRL_API mrl_status mrl_rng_normal(mrl_rng *rng, double *out);  /* mean 0, std 1 */
+/* An integer uniform in [lo, hi], without bias, for any lo <= hi (MRL_ERR_INVALID otherwise). */
+MRL_API mrl_status mrl_rng_int(mrl_rng *rng, int64_t lo, int64_t hi, int64_t *out);
 
 /* ---- BLAS --------------------------------------------------------------------------------
  * libmoonrl loads OpenBLAS itself on first use. Before loading it, when the environment has no

@@ -1084,12 +1084,13 @@ end
 
 -- rl.rng([seed]) -> a seeded random stream of its own (the engine's generator, so the same seed
 -- draws the same numbers as under Lua 5.4): r:random() in [0, 1), r:random(n) in 1..n,
--- r:random(m, n) in m..n, r:normal().
+-- r:random(m, n) in m..n (mrl_rng_int: uniform for any m <= n; bounds and results are LuaJIT
+-- numbers, exact up to 2^53), r:normal().
 local rng_methods = {}
 rng_methods.__index = rng_methods
 ffi.cdef [[ struct moonrl_ffi_rng { mrl_rng *handle; }; ]]
 local rng_ct = ffi.metatype("struct moonrl_ffi_rng", rng_methods)
-local draw = ffi.new("double[1]")
+local draw, drawn = ffi.new("double[1]"), ffi.new("int64_t[1]")
 
 function rl.rng(seed)
   local s = seed == nil and 0 or check_integer(seed, 1)
@@ -1098,15 +1099,19 @@ function rl.rng(seed)
   return ffi.gc(rng_ct(slot[0]), function(r) lib.mrl_rng_free(r.handle) end)
 end
 
-function rng_methods.random(r, m, n)
-  lib.mrl_rng_uniform(r.handle, draw)
-  local u = draw[0]
-  if m == nil then return u end
+function rng_methods.random(r, ...)
+  local args = select("#", ...)
+  if args == 0 then
+    lib.mrl_rng_uniform(r.handle, draw)
+    return draw[0]
+  end
+  if args > 2 then argerror(4, "at most two bounds expected") end
+  local m, n = ...
   local lo, hi = 1, check_integer(m, 2)
-  if n ~= nil then lo, hi = hi, check_integer(n, 3) end
-  if lo > hi then argerror(n ~= nil and 3 or 2, "interval is empty") end
-  local k = lo + math.floor(u * (hi - lo + 1))
-  return k > hi and hi or k
+  if args == 2 then lo, hi = hi, check_integer(n, 3) end
+  if lo > hi then argerror(args + 1, "interval is empty") end
+  lib.mrl_rng_int(r.handle, as_u64(lo), as_u64(hi), drawn)
+  return tonumber(drawn[0])
 end
 
 function rng_methods.normal(r)

@@ -193,8 +193,11 @@ describe("the API surface", function()
   end)
 
   it("rl.rng draws the same stream as the Lua 5.4 binding, and checks its arguments", function()
+    -- wide intervals too: bounds of +-2^53 are exact in both, and n - m = 2^54 is past what a
+    -- double-based draw could cover evenly
     local code = "local rl = require \"moonrl\" local r = rl.rng(7) local t = {} for i = 1, 4 do t[#t + 1] = string.format('%.17g', r:random()) end "
       .. "t[#t + 1] = r:random(6) t[#t + 1] = r:random(-3, 3) t[#t + 1] = string.format('%.17g', r:normal()) "
+      .. "for i = 1, 8 do t[#t + 1] = string.format('%d', r:random(-(1 << 53), 1 << 53)) end "
       .. "print(table.concat(t, ' '))"
     local lua54 = run(quote(env("MOONRL_BUILD") .. "/moonrl") .. " -e " .. quote(code))
     local r, t = rl.rng(7), {}
@@ -202,11 +205,26 @@ describe("the API surface", function()
     t[#t + 1] = r:random(6)
     t[#t + 1] = r:random(-3, 3)
     t[#t + 1] = string.format("%.17g", r:normal())
+    for _ = 1, 8 do t[#t + 1] = string.format("%d", r:random(-2 ^ 53, 2 ^ 53)) end
     assert.are.equal(lua54:gsub("%s+$", ""), table.concat(t, " "))
     local a, b = rl.rng(3), rl.rng(4)
     assert.are_not.equal(a:random(), b:random())
     assert.matches("interval is empty", error_of(function() a:random(5, 2) end))
+    assert.matches("interval is empty", error_of(function() a:random(0) end))
+    assert.matches("bad argument #3 to 'random' %(at most two bounds", error_of(function() a:random(1, 2, 3) end))
+    assert.matches("no integer representation", error_of(function() a:random(1.5) end))
     assert.matches("bad argument #1", error_of(function() rl.rng("x") end))
+  end)
+
+  it("rl.rng draws inside intervals as wide as LuaJIT numbers go", function()
+    local r, low = rl.rng(11), 0
+    local lo, hi = -2 ^ 63, 2 ^ 63 - 1024 -- the widest interval of doubles that are int64 values
+    for _ = 1, 1000 do
+      local k = r:random(lo, hi)
+      assert.is_true(k >= lo and k <= hi and k == math.floor(k), tostring(k))
+      if k < 0 then low = low + 1 end
+    end
+    assert.is_true(low > 430 and low < 570, "draws below 0: " .. low)
   end)
 
   it("reports BLAS, sets its threads and the memory figures", function()
