@@ -239,6 +239,16 @@ describe("the API surface", function()
     assert.is_true(mem.peak >= mem.used)
   end)
 
+  it("reports the naive kernel when no BLAS loads, and says so once on stderr", function()
+    local code = "local rl = require 'moonrl.ffi' local a = rl.tensor.ones({2, 3}) "
+      .. "local c = rl.tensor.matmul(a, a:t()) rl.tensor.matmul(a, a:t()) local i = rl.blas_info() "
+      .. "io.write(c:get(1, 1), '|', i.core, '|', i.source, '|', i.config, '\\n')"
+    local out = run_luajit(code, "MOONRL_BLAS=/nonexistent/libopenblas.so.0 ")
+    local _, warnings = out:gsub("moonrl: [^\n]*naive reference kernel", "")
+    assert.are.equal(1, warnings, out)
+    assert_finds(out, "3|none|none|naive reference kernel (no BLAS: /nonexistent/libopenblas.so.0")
+  end)
+
   it("tells tensors from other values", function()
     assert.is_true(T.is_tensor(T.zeros({1})))
     assert.is_false(T.is_tensor({}))
