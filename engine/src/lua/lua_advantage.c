@@ -699,10 +699,9 @@ static int l_agg_loss(lua_State *L) {
   float *loss = input_matrix(L, "loss_mat", &rows, &cols, NULL);
   float *mask = input_like(L, "loss_mask", rows, cols, "loss_mat");
   double out;
-  check_status(L, mrl_agg_loss(mrl__lua_engine(L),
-                               (mrl_loss_agg)param_option(L, "mode", "token-mean", mrl__obj_agg_names),
-                               param_number(L, "loss_scale_factor", 0.0), loss, mask, rows, cols,
-                               &out));
+  mrl_loss_agg mode = (mrl_loss_agg)param_option(L, "mode", "token-mean", mrl__obj_agg_names);
+  check_status(L, mrl_agg_loss(mrl__lua_engine(L), mode, param_number(L, "loss_scale_factor", 0.0),
+                               loss, mask, rows, cols, &out));
   lua_newtable(L);
   set_number(L, "loss", out);
   return 1;
@@ -1548,7 +1547,8 @@ static int l_selective_gate(lua_State *L) {
     lua_geti(L, -1, (lua_Integer)i + 1);
     for (int64_t j = offsets[i]; j < offsets[i + 1]; j++) {
       lua_geti(L, -1, (lua_Integer)(j - offsets[i]) + 1);
-      actions[j] = mrl__obj_take_id(L, &symbols, INPUTS, "inputs.actions_per_traj[][]", j - offsets[i] + 1);
+      actions[j] =
+          mrl__obj_take_id(L, &symbols, INPUTS, "inputs.actions_per_traj[][]", j - offsets[i] + 1);
     }
     lua_pop(L, 1);
   }

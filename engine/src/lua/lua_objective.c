@@ -41,10 +41,12 @@ void mrl__obj_check_keys(lua_State *L, int idx, const char *what, const char *co
     lua_pop(L, 1);
     bool ok = false;
     if (lua_type(L, -1) == LUA_TSTRING)
-      for (const char *const *k = allowed; *k && !ok; k++) ok = strcmp(*k, lua_tostring(L, -1)) == 0;
+      for (const char *const *k = allowed; *k && !ok; k++)
+        ok = strcmp(*k, lua_tostring(L, -1)) == 0;
     if (!ok) {
       const char *name = luaL_tolstring(L, -1, NULL), *expected = push_names(L, allowed);
-      luaL_argerror(L, idx, lua_pushfstring(L, "unknown %s '%s' (expected: %s)", what, name, expected));
+      luaL_argerror(L, idx,
+                    lua_pushfstring(L, "unknown %s '%s' (expected: %s)", what, name, expected));
     }
   }
 }
@@ -304,7 +306,8 @@ static int l_gigpo(lua_State *L) {
                : MRL_NORM_MEAN_STD;
   float *rewards = mrl__obj_buffer(L, rows, sizeof(float));
   float *mask = mrl__obj_buffer(L, rows, sizeof(float));
-  float *adv = mrl__obj_buffer(L, rows, sizeof(float)), *ea = mrl__obj_buffer(L, rows, sizeof(float));
+  float *adv = mrl__obj_buffer(L, rows, sizeof(float));
+  float *ea = mrl__obj_buffer(L, rows, sizeof(float));
   float *sa = mrl__obj_buffer(L, rows, sizeof(float));
   for (int64_t i = 0; i < rows; i++) {
     rewards[i] = (float)scores[i];
@@ -629,7 +632,8 @@ static int l_gae(lua_State *L) {
   double lambda = mrl__lua_opt_number(L, 1, "lambda", 1.0);
   int64_t cells = p.rows * p.cols;
   float *r = gather(L, &p, f_r), *v = gather(L, &p, f_v);
-  float *adv = mrl__obj_buffer(L, cells, sizeof(float)), *ret = mrl__obj_buffer(L, cells, sizeof(float));
+  float *adv = mrl__obj_buffer(L, cells, sizeof(float));
+  float *ret = mrl__obj_buffer(L, cells, sizeof(float));
   mrl_status st = mrl_gae(mrl__lua_engine(L), r, v, p.mask, p.rows, p.cols, gamma, lambda, adv,
                           ret);
   if (st) return raise(L, st);
