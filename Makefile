@@ -18,8 +18,25 @@ SANITIZE   ?=
 
 VERSION    := 0.1.0
 SOVERSION  := 0
-LUA_INC    ?= /usr/include/lua5.4
+# Lua 5.4 through pkg-config ($(PKG_CONFIG)): Debian's lua5.4, other spellings, then Fedora's and
+# Arch's lua, the first whose version is 5.4.x; without one, Debian's paths (LUA_INC, -llua5.4).
+# LUA_INC, LUA_CFLAGS, LUA_LIBS and LUA (the interpreter that runs the build's scripts) may be
+# given instead; `make print-lua` shows what was found.
+PKG_CONFIG ?= pkg-config
 LUA_VER    := 5.4
+LUA_PC     := $(firstword $(foreach p,lua5.4 lua-5.4 lua54 lua,$(shell $(PKG_CONFIG) --exists \
+                '$(p) >= 5.4' '$(p) < 5.5' 2>/dev/null && echo $(p))))
+ifneq ($(filter command line environment,$(origin LUA_INC)),)
+LUA_CFLAGS ?= -I$(LUA_INC)
+endif
+LUA_INC    ?= /usr/include/lua5.4
+LUA_CFLAGS ?= $(if $(LUA_PC),$(shell $(PKG_CONFIG) --cflags $(LUA_PC)),-I$(LUA_INC))
+LUA_LIBS   ?= $(if $(LUA_PC),$(shell $(PKG_CONFIG) --libs $(LUA_PC)),-llua5.4)
+LUA        ?= $(or $(shell command -v lua5.4),$(shell lua -v 2>&1 | grep -q '^Lua 5\.4' && \
+                command -v lua),lua5.4)
+LUA_CFLAGS := $(strip $(LUA_CFLAGS))
+LUA_LIBS   := $(strip $(LUA_LIBS))
+LUA        := $(LUA)
 
 CFLAGS_BASE := -std=c11 -O2 -g -Wall -Wextra -Werror -fPIC -fvisibility=hidden \
                -D_POSIX_C_SOURCE=200809L -DMRL_BUILDING_LIBRARY
@@ -40,7 +57,7 @@ LAYER_objective := base
 LAYER_sandbox   := base
 LAYER_lua       := base tensor model tokenizer gen rollout objective sandbox
 layer_inc = -Iengine/include -Iengine/src/$(1) $(foreach d,$(LAYER_$(1)),-Iengine/src/$(d)) \
-            $(if $(filter lua,$(1)),-I$(BUILD)/gen -I$(LUA_INC))
+            $(if $(filter lua,$(1)),-I$(BUILD)/gen $(LUA_CFLAGS))
 comma := ,
 empty :=
 space := $(empty) $(empty)
@@ -81,7 +98,7 @@ CORE_PCFILE := $(BUILD)/moonrl-core.pc
 FFI_CDEF    := $(BUILD)/lua/moonrl/ffi_cdef.lua
 C_TESTS     := $(patsubst tests/c/%.c,$(BUILD)/tests/%,$(filter-out tests/c/check.c,$(wildcard tests/c/test_*.c)))
 
-.PHONY: all deps build test asan demo bench install uninstall clean
+.PHONY: all deps build test asan demo bench install uninstall clean print-lua
 all: deps
 	@$(MAKE) --no-print-directory build
 
@@ -102,7 +119,7 @@ $(BUILD)/obj/cli/%.o: engine/cli/%.c $(HEADERS)
 
 $(BUILD)/gen/lua_modules.c: scripts/embed_lua.lua $(LUA_MODULES)
 	@mkdir -p $(dir $@)
-	lua5.4 scripts/embed_lua.lua $@ $(foreach f,$(LUA_MODULES),$(subst /,.,$(patsubst lua/%.lua,%,$(patsubst %/init.lua,%.lua,$(f))))=$(f))
+	$(LUA) scripts/embed_lua.lua $@ $(foreach f,$(LUA_MODULES),$(subst /,.,$(patsubst lua/%.lua,%,$(patsubst %/init.lua,%.lua,$(f))))=$(f))
 
 $(BUILD)/obj/gen/lua_modules.o: $(BUILD)/gen/lua_modules.c engine/src/lua/lua_embed.h
 	@mkdir -p $(dir $@)
@@ -125,7 +142,7 @@ $(STATIC_LIB): $(CORE_OBJ) $(BIND_OBJ) $(LIB_OBJ)
 
 $(SHARED_LIB): $(CORE_OBJ) $(BIND_OBJ) $(LIB_OBJ)
 	$(CC) $(ALL_CFLAGS) -shared -Wl,-soname,libmoonrl.so.$(SOVERSION) -Wl,--no-undefined \
-	  -o $@ $^ -llua$(LUA_VER) $(LDLIBS_CORE)
+	  -o $@ $^ $(LUA_LIBS) $(LDLIBS_CORE)
 	ln -sf libmoonrl.so.$(VERSION) $(BUILD)/libmoonrl.so.$(SOVERSION)
 	ln -sf libmoonrl.so.$(SOVERSION) $(BUILD)/libmoonrl.so
 
@@ -136,28 +153,28 @@ $(LUA_CMOD): $(CORE_OBJ) $(BIND_OBJ) $(MODULE_OBJ) scripts/lua_module.map
 	  $(CORE_OBJ) $(BIND_OBJ) $(MODULE_OBJ) $(LDLIBS_CORE)
 
 $(MOONRL): $(CLI_OBJ) $(STATIC_LIB)
-	$(CC) $(ALL_CFLAGS) -o $@ $(CLI_OBJ) $(STATIC_LIB) -llua$(LUA_VER) -lreadline $(LDLIBS_CORE)
+	$(CC) $(ALL_CFLAGS) -o $@ $(CLI_OBJ) $(STATIC_LIB) $(LUA_LIBS) -lreadline $(LDLIBS_CORE)
 
 $(PCFILE): scripts/moonrl.pc.in Makefile
-	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@VERSION@|$(VERSION)|' $< > $@
+	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@VERSION@|$(VERSION)|' -e 's|@LUA_LIBS@|$(LUA_LIBS)|' $< > $@
 
 $(CORE_PCFILE): scripts/moonrl-core.pc.in Makefile
 	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@VERSION@|$(VERSION)|' $< > $@
 
 $(FFI_CDEF): scripts/gen_cdef.lua engine/include/moonrl.h
 	@mkdir -p $(dir $@)
-	lua5.4 scripts/gen_cdef.lua engine/include/moonrl.h $@
+	$(LUA) scripts/gen_cdef.lua engine/include/moonrl.h $@
 
 $(BUILD)/tests/%: tests/c/%.c tests/c/check.c tests/c/check.h tests/c/support.c tests/c/support.h $(STATIC_LIB)
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_CFLAGS) $(CPPFLAGS) -Itests/c -o $@ $< tests/c/check.c tests/c/support.c $(STATIC_LIB) \
-	  -llua$(LUA_VER) $(LDLIBS_CORE)
+	  $(LUA_LIBS) $(LDLIBS_CORE)
 
 $(BUILD)/bench_tensor: scripts/bench_tensor.c scripts/bench_common.h $(STATIC_LIB)
-	$(CC) $(ALL_CFLAGS) $(CPPFLAGS) -Iscripts -o $@ $< $(STATIC_LIB) -llua$(LUA_VER) $(LDLIBS_CORE)
+	$(CC) $(ALL_CFLAGS) $(CPPFLAGS) -Iscripts -o $@ $< $(STATIC_LIB) $(LUA_LIBS) $(LDLIBS_CORE)
 
 $(BUILD)/bench_sandbox: scripts/bench_sandbox.c scripts/bench_common.h $(STATIC_LIB)
-	$(CC) $(ALL_CFLAGS) $(CPPFLAGS) -Iscripts -o $@ $< $(STATIC_LIB) -llua$(LUA_VER) $(LDLIBS_CORE)
+	$(CC) $(ALL_CFLAGS) $(CPPFLAGS) -Iscripts -o $@ $< $(STATIC_LIB) $(LUA_LIBS) $(LDLIBS_CORE)
 
 # Linked with OpenBLAS the usual way: the baseline of OpenBLAS choosing its own kernels.
 $(BUILD)/bench_stock_blas: scripts/bench_stock_blas.c scripts/bench_common.h
@@ -243,7 +260,8 @@ install: all
 	ln -sf libmoonrl-core.so.$(VERSION) $(DESTDIR)$(LIBDIR)/libmoonrl-core.so.$(SOVERSION)
 	ln -sf libmoonrl-core.so.$(SOVERSION) $(DESTDIR)$(LIBDIR)/libmoonrl-core.so
 	for pc in moonrl moonrl-core; do \
-	  sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@VERSION@|$(VERSION)|' scripts/$$pc.pc.in \
+	  sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@VERSION@|$(VERSION)|' -e 's|@LUA_LIBS@|$(LUA_LIBS)|' \
+	    scripts/$$pc.pc.in \
 	    > $(DESTDIR)$(LIBDIR)/pkgconfig/$$pc.pc; done
 	install -m 755 $(MOONRL) $(DESTDIR)$(BINDIR)/moonrl
 	install -m 755 $(LUA_CMOD) $(DESTDIR)$(CMODDIR)/moonrl/core.so
@@ -264,6 +282,10 @@ uninstall:
 	rm -f $(DESTDIR)$(JITDIR)/moonrl/ffi.lua $(DESTDIR)$(JITDIR)/moonrl/ffi_cdef.lua
 	-rmdir $(DESTDIR)$(LUADIR)/moonrl $(DESTDIR)$(CMODDIR)/moonrl $(DESTDIR)$(JITDIR)/moonrl 2>/dev/null
 	@if [ -z "$(DESTDIR)" ] && [ "$$(id -u)" = 0 ] && command -v ldconfig >/dev/null; then ldconfig; fi
+
+print-lua:
+	@echo 'LUA_PC=$(LUA_PC)'; echo 'LUA_CFLAGS=$(LUA_CFLAGS)'; echo 'LUA_LIBS=$(LUA_LIBS)'; \
+	  echo 'LUA=$(LUA)'
 
 clean:
 	rm -rf build build-asan

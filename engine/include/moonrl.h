@@ -108,13 +108,17 @@ MRL_API mrl_status mrl_rng_seed(mrl_rng *rng, uint64_t seed);
 MRL_API mrl_status mrl_rng_u64(mrl_rng *rng, uint64_t *out);
 MRL_API mrl_status mrl_rng_uniform(mrl_rng *rng, double *out); /* in [0, 1) */
 MRL_API mrl_status mrl_rng_normal(mrl_rng *rng, double *out);  /* mean 0, std 1 */
+/* An integer uniform in [lo, hi], without bias, for any lo <= hi (MRL_ERR_INVALID otherwise). */
+MRL_API mrl_status mrl_rng_int(mrl_rng *rng, int64_t lo, int64_t hi, int64_t *out);
 
 /* ---- BLAS --------------------------------------------------------------------------------
  * libmoonrl loads OpenBLAS itself on first use. Before loading it, when the environment has no
  * OPENBLAS_CORETYPE, it sets one the CPU supports ("SkylakeX" with AVX-512, "Haswell" with
  * AVX2+FMA): OpenBLAS 0.3.21 otherwise may detect recent CPUs as "Prescott" and run sgemm about
- * 5x slower. If OpenBLAS is already loaded in the process, it is used as it is. If it cannot be
- * loaded at all, matmul falls back to a portable C kernel and `core` reports "none". */
+ * 5x slower. If OpenBLAS is already loaded in the process, it is used as it is. MOONRL_BLAS names
+ * another library to load (a file name or a path). If none with cblas_sgemm loads, matmul falls
+ * back to a naive C kernel: a line on stderr says so once per process, `core` and `source` report
+ * "none" and `config` says why. */
 
 /* Fills whichever outputs are non-NULL. Strings are static (borrowed, valid for the process):
  * core: OpenBLAS's core name ("SkylakeX", ...); config: OpenBLAS's build configuration;

@@ -1,6 +1,11 @@
--- moonrl/ffi.lua - the moonrl tensor API for LuaJIT over FFI: `local rl = require "moonrl.ffi"`
--- offers what `require "moonrl"` offers in Lua 5.4 (same functions, 1-based dims and indices,
--- same results and error messages), calling libmoonrl directly.
+-- moonrl/ffi.lua - moonrl for LuaJIT over FFI: `local rl = require "moonrl.ffi"` offers the
+-- tensor API of `require "moonrl"` in Lua 5.4 (same functions, 1-based dims and indices, same
+-- results and error messages) with rl.rng, rl.seed, rl.blas_info, rl.blas_threads, rl.lr_at,
+-- rl.clock and rl.memory, and beside them the whole C API unwrapped: rl.C, the library declared
+-- by the cdef of moonrl.h, and rl.engine to create things from. Raw calls are C: 0-based,
+-- unchecked, and what the header says the caller owns is freed with ffi.gc or by hand;
+-- rl.tensor.own(handle) turns a raw mrl_tensor * into a checked tensor. The model, tokenizer,
+-- rollout, objective, sandbox and trainer modules of Lua 5.4 have no wrapper here.
 --
 -- Each function mirrors its C twin in engine/src/lua/lua_tensor.c or lua_module.c; read those for the
 -- reasons behind a check. The C declarations are generated from moonrl.h at build time
@@ -488,6 +493,16 @@ function tensor.from(data)
 end
 
 function tensor.is_tensor(v) return is_tensor(v) end
+
+-- rl.tensor.own(handle) -> a tensor owning handle, an mrl_tensor * that a raw rl.C call returned
+-- for the caller to free: it is freed with the tensor (t.handle lends it to raw calls again).
+function tensor.own(handle)
+  if type(handle) ~= "cdata" or not ffi.istype("mrl_tensor *", handle) then
+    typeerror(1, "mrl_tensor *", handle)
+  end
+  if handle == nil then argerror(1, "NULL mrl_tensor *") end
+  return fresh(handle)
+end
 
 -- ---- tensor methods: queries ---------------------------------------------------------------
 
@@ -1048,8 +1063,8 @@ Tensor = ffi.metatype("struct moonrl_ffi_tensor", {
 local rl = {
   version = lib_version, -- engine version string, e.g. "0.1.0"
   tensor = tensor,       -- constructors: zeros, ones, full, randn, rand, arange, from, matmul
-  -- the whole C API (mrl_model_*, mrl_tokenizer_*, ...) for what has no Lua wrapper here yet,
-  -- with the module's engine to create things from; a tensor's mrl_tensor * is t.handle
+  -- the whole C API (mrl_model_*, mrl_tokenizer_*, ...; not mrl_script_*) as raw C calls, with
+  -- the module's engine to create things from; a tensor's mrl_tensor * is t.handle
   C = lib,
   engine = engine,
 }
@@ -1084,12 +1099,13 @@ end
 
 -- rl.rng([seed]) -> a seeded random stream of its own (the engine's generator, so the same seed
 -- draws the same numbers as under Lua 5.4): r:random() in [0, 1), r:random(n) in 1..n,
--- r:random(m, n) in m..n, r:normal().
+-- r:random(m, n) in m..n (mrl_rng_int: uniform for any m <= n; bounds and results are LuaJIT
+-- numbers, exact up to 2^53), r:normal().
 local rng_methods = {}
 rng_methods.__index = rng_methods
 ffi.cdef [[ struct moonrl_ffi_rng { mrl_rng *handle; }; ]]
 local rng_ct = ffi.metatype("struct moonrl_ffi_rng", rng_methods)
-local draw = ffi.new("double[1]")
+local draw, drawn = ffi.new("double[1]"), ffi.new("int64_t[1]")
 
 function rl.rng(seed)
   local s = seed == nil and 0 or check_integer(seed, 1)
@@ -1098,15 +1114,19 @@ function rl.rng(seed)
   return ffi.gc(rng_ct(slot[0]), function(r) lib.mrl_rng_free(r.handle) end)
 end
 
-function rng_methods.random(r, m, n)
-  lib.mrl_rng_uniform(r.handle, draw)
-  local u = draw[0]
-  if m == nil then return u end
+function rng_methods.random(r, ...)
+  local args = select("#", ...)
+  if args == 0 then
+    lib.mrl_rng_uniform(r.handle, draw)
+    return draw[0]
+  end
+  if args > 2 then argerror(4, "at most two bounds expected") end
+  local m, n = ...
   local lo, hi = 1, check_integer(m, 2)
-  if n ~= nil then lo, hi = hi, check_integer(n, 3) end
-  if lo > hi then argerror(n ~= nil and 3 or 2, "interval is empty") end
-  local k = lo + math.floor(u * (hi - lo + 1))
-  return k > hi and hi or k
+  if args == 2 then lo, hi = hi, check_integer(n, 3) end
+  if lo > hi then argerror(args + 1, "interval is empty") end
+  lib.mrl_rng_int(r.handle, as_u64(lo), as_u64(hi), drawn)
+  return tonumber(drawn[0])
 end
 
 function rng_methods.normal(r)

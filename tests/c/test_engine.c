@@ -492,6 +492,59 @@ static void test_rng_errors(void) {
   mrl_engine_free(e);
 }
 
+/* mrl_rng_int against the definition with 128-bit arithmetic (a GCC/Clang type, in the test only):
+ * k = lo + floor(x * count / 2^64) for the generator's next draw x, drawn again while
+ * x * count mod 2^64 < 2^64 mod count. */
+static void test_rng_int(void) {
+  mrl_engine *e = new_engine();
+  mrl_rng *rng = NULL, *twin = NULL;
+  MUST(mrl_rng_new(e, 21, &rng));
+  MUST(mrl_rng_new(e, 21, &twin));
+  static const int64_t bounds[][2] = {{1, 6},
+                                      {-3, 3},
+                                      {0, (INT64_C(1) << 62) - 1},
+                                      {0, INT64_C(1) << 62},
+                                      {0, INT64_MAX},
+                                      {-(INT64_C(1) << 62) - 1, INT64_C(1) << 62},
+                                      {INT64_MIN + 1, INT64_MAX},
+                                      {INT64_MIN, INT64_MAX},
+                                      {INT64_MIN, INT64_MIN},
+                                      {7, 7}};
+  int redraws = 0;
+  for (size_t b = 0; b < sizeof bounds / sizeof *bounds; b++)
+    for (int i = 0; i < 200; i++) {
+      int64_t lo = bounds[b][0], hi = bounds[b][1], k = 0;
+      MUST(mrl_rng_int(rng, lo, hi, &k));
+      uint64_t count = (uint64_t)hi - (uint64_t)lo + 1, x = 0, r;
+      MUST(mrl_rng_u64(twin, &x));
+      if (count == 0) {
+        r = x;
+      } else {
+        unsigned __int128 p = (unsigned __int128)x * count;
+        while ((uint64_t)p < (0 - count) % count) {
+          MUST(mrl_rng_u64(twin, &x));
+          p = (unsigned __int128)x * count;
+          redraws++;
+        }
+        r = (uint64_t)(p >> 64);
+      }
+      CHECKF((uint64_t)k == (uint64_t)lo + r && lo <= k && k <= hi,
+             "[%lld, %lld]: %lld, expected %lld", (long long)lo, (long long)hi, (long long)k,
+             (long long)((uint64_t)lo + r));
+    }
+  check_note("%d redraws", redraws);
+  CHECK(redraws > 50); /* the intervals past 2^63 integers reject about half their draws */
+  int64_t k = 5;
+  CHECK_FAILS(e, MRL_ERR_INVALID, "mrl_rng_int: the interval [2, 1] is empty",
+              mrl_rng_int(rng, 2, 1, &k));
+  CHECK(k == 5 && mrl_rng_int(NULL, 1, 2, &k) == MRL_ERR_NULL);
+  CHECK(mrl_rng_int(rng, 1, 2, NULL) == MRL_ERR_NULL);
+  CHECK(mrl_rng_int(mrl_engine_rng(e), 3, 1, &k) == MRL_ERR_INVALID && k == 5);
+  mrl_rng_free(twin);
+  mrl_rng_free(rng);
+  mrl_engine_free(e);
+}
+
 /* ---- scripts ---- */
 
 static void test_script_runs_a_tensor_chunk(void) {
@@ -700,6 +753,7 @@ static const test_case tests[] = {
     {"rng_matches_reference", test_rng_matches_reference},
     {"rng_uniform_and_normal", test_rng_uniform_and_normal},
     {"rng_errors", test_rng_errors},
+    {"rng_int", test_rng_int},
     {"script_runs_a_tensor_chunk", test_script_runs_a_tensor_chunk},
     {"script_errors", test_script_errors},
     {"script_run_file", test_script_run_file},

@@ -125,6 +125,39 @@ describe("rl.objective.loss", function()
     end)
   end
 
+  it("with details, reports each sampled token's loss and GSPO's sequence ratios", function()
+    local stats = rl.objective.loss(args { clip_low = 0.05, clip_high = 0.08, details = true })
+    for i, m in ipairs(mask_v) do
+      local want = m == 1 and ppo_token(logp_v[i], old_v[i], adv_v[i], 0.05, 0.08) or 0
+      assert.is_near(want, stats.pg_losses:get(i), 1e-6)
+    end
+    assert.is_nil(stats.seq_ratio) -- PPO has no sequence ratio
+    assert.is_nil(rl.objective.loss(args()).pg_losses) -- only when asked
+    local gspo = rl.objective.loss(args { kind = "gspo", episodes = { 3, 1 }, details = true })
+    for k, e in ipairs { 3, 1 } do -- exp of the mean log ratio over the episode's sampled tokens
+      local s, n = 0, 0
+      for i = offsets[e] + 1, offsets[e + 1] do
+        if mask_v[i] == 1 then s, n = s + logp_v[i] - old_v[i], n + 1 end
+      end
+      assert.is_near(math.exp(s / n), gspo.seq_ratio[k], 1e-5)
+    end
+    assert.are.equal(2, #gspo.seq_ratio)
+  end)
+
+  it("weighs each token's loss by is_weights", function()
+    local w = {}
+    for i = 1, #mask_v do w[i] = 0.5 + (i % 3) / 2 end
+    local stats = rl.objective.loss(args { clip_low = 0.05, clip_high = 0.08, is_weights = flat(w) })
+    local sum, n = 0, 0
+    for i, m in ipairs(mask_v) do
+      if m == 1 then
+        sum = sum + w[i] * ppo_token(logp_v[i], old_v[i], adv_v[i], 0.05, 0.08)
+        n = n + 1
+      end
+    end
+    assert.is_near(sum / n, stats.pg_loss, 1e-6)
+  end)
+
   it("reports the KL to the reference even when it is not trained on", function()
     local stats = rl.objective.loss(args { ref_logp = flat(ref_v), kl = "k1" })
     local s, n = 0, 0
@@ -207,6 +240,38 @@ describe("rl.objective advantages", function()
     assert.is_near(sa[1], a[1], 1e-6)
   end)
 
+  it("RLOO gives a group of one its score, or 0 with singleton_zero", function()
+    local o = { method = "rloo", scores = { 1, 2, 6, 4 }, groups = { 1, 1, 1, 2 } }
+    assert.is_near(4, rl.objective.advantage(o)[4], 1e-6)
+    o.singleton_zero = true
+    local adv = rl.objective.advantage(o)
+    assert.are.equal(0, adv[4])
+    assert.is_near(1 - 4, adv[1], 1e-6) -- larger groups unchanged
+  end)
+
+  it("step returns share one return among the rows of an environment step", function()
+    -- rows 1 and 2 are one step of the trajectory (its first row's reward counts), row 3 the next
+    local r = rl.objective.step_returns { rewards = { 1, 5, 4 }, traj = { 7, 7, 7 },
+      env_step = { 0, 0, 1 }, gamma = 0.5 }
+    assert.are.same({ 1 + 0.5 * 4, 1 + 0.5 * 4, 4 }, r)
+    r = rl.objective.step_returns { rewards = { 1, 5, 4 }, traj = { 7, 7, 7 }, gamma = 0.5 }
+    assert.are.same({ 1 + 0.5 * (5 + 0.5 * 4), 5 + 0.5 * 4, 4 }, r)
+  end)
+
+  it("GiGPO with dedup_traj counts each trajectory once in the episode statistics", function()
+    -- trajectory a has three turns (score 1), b one (score 0), in one group
+    local o = { scores = { 1, 1, 1, 0 }, step_rewards = { 0, 0, 0, 0 }, groups = { 1, 1, 1, 1 },
+      anchors = { 1, 2, 3, 4 }, traj = { "a", "a", "a", "b" } }
+    local _, ea = rl.objective.gigpo(o)
+    assert.is_near(1 - 0.75, ea[1], 1e-6) -- mean over the four turns
+    o.dedup_traj = true
+    _, ea = rl.objective.gigpo(o)
+    assert.is_near(1 - 0.5, ea[1], 1e-6) -- mean over the two trajectories
+    assert.is_near(0 - 0.5, ea[4], 1e-6)
+    o.traj = nil
+    H.assert_error(function() rl.objective.gigpo(o) end, "traj: needed with dedup_traj")
+  end)
+
   it("DAPO overlong shaping penalises only the last buffer tokens", function()
     local pen = rl.objective.overlong { lengths = { 10, 16, 18, 20, 30 }, max_len = 20, buffer = 4 }
     assert.are.same({ 0, 0, -0.5, -1, -1 }, pen)
@@ -224,6 +289,20 @@ describe("rl.objective advantages", function()
       anchors = { {} } })
     assert.is_false(ok)
     assert.matches("anchors%[1%]", msg)
+  end)
+end)
+
+describe("rl.objective options", function()
+  it("are checked: every function names an unknown key and the keys it takes", function()
+    local n = 0
+    for _, fn in pairs(rl.objective) do
+      H.assert_error(function() fn { bogus = 1 } end,
+        { "unknown option 'bogus'", "expected: " })
+      n = n + 1
+    end
+    assert.are.equal(9, n)
+    H.assert_error(function() rl.objective.loss(args { clip = 0.2 }) end,
+      { "unknown option 'clip'", "clip_low, clip_high" })
   end)
 end)
 
@@ -281,38 +360,39 @@ describe("the critic: rl.objective.gae, rl.objective.value_loss and a value head
     val_v[i] = r:random() - 0.5
   end
 
-  it("GAE over the flat batch equals rl.advantage.gae on the packed sampled tokens", function()
+  it("GAE over the flat batch follows the spec's recursion with observations transparent", function()
+    local gamma, lam = 0.9, 0.8
     local adv, ret = rl.objective.gae { rewards = flat(rew_v), values = flat(val_v),
-      mask = flat(mask_v), offsets = offsets, episodes = { 1, 2, 3 }, gamma = 0.9, lambda = 0.8 }
-    -- the same tokens, packed into rows by hand (sampled tokens only, right-padded)
-    local rows, pos = {}, {}
+      mask = flat(mask_v), offsets = offsets, episodes = { 1, 2, 3 }, gamma = gamma, lambda = lam }
+    -- spec 1.1 over each episode's tokens: mask-0 tokens neither bootstrap nor advance
+    local raw = {}
     for e = 1, 3 do
-      rows[e], pos[e] = { r = {}, v = {}, m = {} }, {}
-      for i = offsets[e] + 1, offsets[e + 1] do
-        if mask_v[i] == 1 then
-          local row = rows[e]
-          row.r[#row.r + 1], row.v[#row.v + 1], row.m[#row.m + 1] = rew_v[i], val_v[i], 1
-          pos[e][#pos[e] + 1] = i
-        end
+      local next_v, g = 0, 0
+      for i = offsets[e + 1], offsets[e] + 1, -1 do
+        local m = mask_v[i]
+        local step = rew_v[i] + gamma * next_v - val_v[i] + gamma * lam * g
+        next_v = m * val_v[i] + (1 - m) * next_v
+        g = m * step + (1 - m) * g
+        raw[i] = g
       end
     end
-    local width = 0
-    for e = 1, 3 do width = math.max(width, #rows[e].r) end
-    local R, V, M = {}, {}, {}
-    for e = 1, 3 do
-      for j = #rows[e].r + 1, width do rows[e].r[j], rows[e].v[j], rows[e].m[j] = 0, 0, 0 end
-      R[e], V[e], M[e] = rows[e].r, rows[e].v, rows[e].m
+    -- whitened over the sampled tokens (unbiased variance); returns unwhitened + values
+    local sum, n = 0, 0
+    for i, m in ipairs(mask_v) do
+      if m == 1 then sum, n = sum + raw[i], n + 1 end
     end
-    local want = rl.advantage.gae({ token_level_rewards = R, values = V, response_mask = M },
-      { gamma = 0.9, lam = 0.8 })
-    for e = 1, 3 do
-      for j, i in ipairs(pos[e]) do
-        assert.is_near(want.advantages[e][j], adv:get(i), 1e-5)
-        assert.is_near(want.returns[e][j], ret:get(i), 1e-5)
+    local mean, var = sum / n, 0
+    for i, m in ipairs(mask_v) do
+      if m == 1 then var = var + (raw[i] - mean) ^ 2 / (n - 1) end
+    end
+    for i, m in ipairs(mask_v) do
+      if m == 1 then
+        assert.is_near((raw[i] - mean) / math.sqrt(var + 1e-8), adv:get(i), 1e-5)
+        assert.is_near(raw[i] + val_v[i], ret:get(i), 1e-5)
+      else
+        assert.are.equal(0, adv:get(i))
+        assert.are.equal(0, ret:get(i))
       end
-    end
-    for i = 1, #mask_v do
-      if mask_v[i] == 0 then assert.are.equal(0, adv:get(i)) end
     end
   end)
 

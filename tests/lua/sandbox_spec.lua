@@ -120,19 +120,25 @@ describe("rl.sandbox.pool", function()
 
   it("runs 32 jobs at once: start, fd, done, wait, kill", function()
     local jobs = {}
-    local t0 = rl.clock()
     for i = 1, 32 do
-      jobs[i] = get_pool():start{argv = {"sh", "-c", "sleep 0.2; echo " .. i}}
+      -- each job writes the wall clock (ns) when it starts and when it ends
+      jobs[i] = get_pool():start{argv = {"sh", "-c", "date +%s%N; sleep 1; date +%s%N; echo " .. i}}
       assert.is_true(math.type(jobs[i]:fd()) == "integer" and jobs[i]:fd() >= 0)
     end
+    local latest_start, earliest_end = math.mininteger, math.maxinteger
     for i = 1, 32 do
       local r = jobs[i]:wait()
-      assert.are.equal(i .. "\n", r.stdout)
+      local start, finish, rest = r.stdout:match("^(%d+)\n(%d+)\n(.*)$")
+      assert.are.equal(i .. "\n", rest)
+      start, finish = math.tointeger(start), math.tointeger(finish)
+      assert.is_true(start < finish)
+      latest_start, earliest_end = math.max(latest_start, start), math.min(earliest_end, finish)
       assert.are.equal(r, jobs[i]:wait()) -- the same table again
       assert.is_true(jobs[i]:done())
       jobs[i]:close()
     end
-    assert.is_true(rl.clock() - t0 < 5)
+    -- they ran at once: every job had started before the first one ended
+    assert.is_true(latest_start < earliest_end)
     local j = get_pool():start{argv = {"sleep", "100"}}
     assert.is_false(j:done())
     j:kill()

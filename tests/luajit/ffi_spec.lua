@@ -1,6 +1,7 @@
 -- ffi_spec.lua: busted spec of the LuaJIT FFI binding (`require "moonrl.ffi"`): the generated
 -- cdef matches moonrl.h and the library, results equal the Lua 5.4 binding's bit for bit, errors
--- name their argument, and tensor memory goes back to the engine.
+-- name their argument, tensor memory goes back to the engine, and the raw C API (rl.C) builds,
+-- runs and scores a model as the Lua 5.4 binding does.
 --
 -- Run under LuaJIT with the test runner's environment:
 --   MOONRL_ROOT=$PWD MOONRL_BUILD=$PWD/build LUA_PATH="$PWD/lua/?.lua;$PWD/build/lua/?.lua;;" \
@@ -193,8 +194,11 @@ describe("the API surface", function()
   end)
 
   it("rl.rng draws the same stream as the Lua 5.4 binding, and checks its arguments", function()
+    -- wide intervals too: bounds of +-2^53 are exact in both, and n - m = 2^54 is past what a
+    -- double-based draw could cover evenly
     local code = "local rl = require \"moonrl\" local r = rl.rng(7) local t = {} for i = 1, 4 do t[#t + 1] = string.format('%.17g', r:random()) end "
       .. "t[#t + 1] = r:random(6) t[#t + 1] = r:random(-3, 3) t[#t + 1] = string.format('%.17g', r:normal()) "
+      .. "for i = 1, 8 do t[#t + 1] = string.format('%d', r:random(-(1 << 53), 1 << 53)) end "
       .. "print(table.concat(t, ' '))"
     local lua54 = run(quote(env("MOONRL_BUILD") .. "/moonrl") .. " -e " .. quote(code))
     local r, t = rl.rng(7), {}
@@ -202,11 +206,26 @@ describe("the API surface", function()
     t[#t + 1] = r:random(6)
     t[#t + 1] = r:random(-3, 3)
     t[#t + 1] = string.format("%.17g", r:normal())
+    for _ = 1, 8 do t[#t + 1] = string.format("%d", r:random(-2 ^ 53, 2 ^ 53)) end
     assert.are.equal(lua54:gsub("%s+$", ""), table.concat(t, " "))
     local a, b = rl.rng(3), rl.rng(4)
     assert.are_not.equal(a:random(), b:random())
     assert.matches("interval is empty", error_of(function() a:random(5, 2) end))
+    assert.matches("interval is empty", error_of(function() a:random(0) end))
+    assert.matches("bad argument #3 to 'random' %(at most two bounds", error_of(function() a:random(1, 2, 3) end))
+    assert.matches("no integer representation", error_of(function() a:random(1.5) end))
     assert.matches("bad argument #1", error_of(function() rl.rng("x") end))
+  end)
+
+  it("rl.rng draws inside intervals as wide as LuaJIT numbers go", function()
+    local r, low = rl.rng(11), 0
+    local lo, hi = -2 ^ 63, 2 ^ 63 - 1024 -- the widest interval of doubles that are int64 values
+    for _ = 1, 1000 do
+      local k = r:random(lo, hi)
+      assert.is_true(k >= lo and k <= hi and k == math.floor(k), tostring(k))
+      if k < 0 then low = low + 1 end
+    end
+    assert.is_true(low > 430 and low < 570, "draws below 0: " .. low)
   end)
 
   it("reports BLAS, sets its threads and the memory figures", function()
@@ -219,6 +238,16 @@ describe("the API surface", function()
     local mem = rl.memory()
     assert.is_number(mem.used)
     assert.is_true(mem.peak >= mem.used)
+  end)
+
+  it("reports the naive kernel when no BLAS loads, and says so once on stderr", function()
+    local code = "local rl = require 'moonrl.ffi' local a = rl.tensor.ones({2, 3}) "
+      .. "local c = rl.tensor.matmul(a, a:t()) rl.tensor.matmul(a, a:t()) local i = rl.blas_info() "
+      .. "io.write(c:get(1, 1), '|', i.core, '|', i.source, '|', i.config, '\\n')"
+    local out = run_luajit(code, "MOONRL_BLAS=/nonexistent/libopenblas.so.0 ")
+    local _, warnings = out:gsub("moonrl: [^\n]*naive reference kernel", "")
+    assert.are.equal(1, warnings, out)
+    assert_finds(out, "3|none|none|naive reference kernel (no BLAS: /nonexistent/libopenblas.so.0")
   end)
 
   it("tells tensors from other values", function()
@@ -813,5 +842,99 @@ describe("tensor memory", function()
     -- without telling the collector, all 400 MiB would be held before a collection
     assert.is_true(high - base < 64 * 1024 * 1024, ("held %d bytes"):format(high - base))
     assert.equal(base, settled_memory())
+  end)
+end)
+
+-- The C API beyond tensors is raw FFI: rl.C is the library, rl.engine the module's engine, and
+-- what a call hands to the caller is freed through ffi.gc (or by hand).
+describe("the raw C API (rl.C)", function()
+  local ffi = require "ffi"
+  local C = rl and rl.C
+
+  -- A small model from raw calls, owned by the collector.
+  local function raw_model(seed)
+    local cfg = ffi.new("mrl_model_config")
+    C.mrl_model_config_default(cfg)
+    cfg.vocab, cfg.dim, cfg.layers, cfg.heads, cfg.kv_heads, cfg.ffn, cfg.ctx = 264, 16, 1, 2, 2, 32, 16
+    cfg.tie_embeddings = 1
+    local slot = ffi.new("mrl_model *[1]")
+    assert.are.equal(0, C.mrl_model_new(rl.engine, cfg, seed, slot))
+    return ffi.gc(slot[0], C.mrl_model_free)
+  end
+
+  local TOKENS = { 72, 105, 33, 10, 256 }
+
+  it("builds a model, runs a forward pass and reads log-probabilities", function()
+    local m = raw_model(7)
+    local n = #TOKENS
+    local tokens = ffi.new("int32_t[?]", n, TOKENS)
+    local lengths = ffi.new("int32_t[1]", n)
+    local targets = ffi.new("int32_t[?]", n)
+    for t = 0, n - 2 do targets[t] = TOKENS[t + 2] end -- each position scores the next token
+    targets[n - 1] = -1
+    assert.are.equal(0, C.mrl_model_forward(m, tokens, lengths, 1, n))
+    local logprobs = ffi.new("float[?]", n)
+    assert.are.equal(0, C.mrl_model_score(m, targets, logprobs, nil))
+    assert.are.equal(0, logprobs[n - 1]) -- an unscored position
+
+    -- the same numbers from the logits, by log-softmax written out, through rl.tensor.own
+    local slot = ffi.new("mrl_tensor *[1]")
+    assert.are.equal(0, C.mrl_model_logits(m, slot))
+    local logits = T.own(slot[0])
+    assert.are.same({ 1, n, 264 }, logits:shape())
+    for t = 1, n - 1 do
+      local top = -math.huge
+      for v = 1, 264 do top = math.max(top, logits:get(1, t, v)) end
+      local sum = 0
+      for v = 1, 264 do sum = sum + math.exp(logits:get(1, t, v) - top) end
+      local want = logits:get(1, t, TOKENS[t + 1] + 1) - top - math.log(sum)
+      assert.is_true(math.abs(want - logprobs[t - 1]) < 1e-4, ("position %d: %.7g vs %.7g")
+        :format(t, logprobs[t - 1], want))
+      assert.is_true(logprobs[t - 1] < 0)
+    end
+
+    -- and the same as the Lua 5.4 binding's m:logprobs for the same configuration and seed
+    local code = "local rl = require 'moonrl' local m = rl.model.new{vocab = 264, dim = 16, "
+      .. "layers = 1, heads = 2, kv_heads = 2, ffn = 32, ctx = 16, seed = 7} "
+      .. "local lp = m:logprobs{tokens = {{" .. table.concat(TOKENS, ", ") .. "}}}[1] "
+      .. "local t = {} for i = 1, #lp do t[i] = string.format('%.9g', lp[i]) end "
+      .. "print(table.concat(t, ' '))"
+    local lua54 = run(quote(env("MOONRL_BUILD") .. "/moonrl") .. " -e " .. quote(code))
+    local mine = {}
+    for t = 0, n - 2 do mine[#mine + 1] = string.format("%.9g", logprobs[t]) end
+    assert.are.equal(lua54:gsub("%s+$", ""), table.concat(mine, " "))
+  end)
+
+  it("gives back what a raw call allocated when its owner frees it", function()
+    local base = settled_memory()
+    local m = raw_model(1)
+    assert.is_true(rl.memory().used > base)
+    C.mrl_model_free(ffi.gc(m, nil)) -- freed by hand: the finalizer is dropped first
+    assert.are.equal(base, rl.memory().used)
+    do local _ = raw_model(2) end -- dropped at once: the collector frees it
+    assert.are.equal(base, settled_memory())
+  end)
+
+  it("reports failures through the engine's last error", function()
+    local cfg = ffi.new("mrl_model_config")
+    C.mrl_model_config_default(cfg)
+    cfg.heads, cfg.kv_heads = 3, 2 -- kv_heads must divide heads
+    local slot = ffi.new("mrl_model *[1]")
+    local st = C.mrl_model_new(rl.engine, cfg, 1, slot)
+    assert.is_true(st < 0)
+    assert.is_true(#ffi.string(C.mrl_engine_last_error(rl.engine)) > 0)
+    assert.is_true(#ffi.string(C.mrl_strerror(st)) > 0)
+    C.mrl_engine_clear_error(rl.engine)
+  end)
+
+  it("rl.tensor.own takes only an mrl_tensor *", function()
+    assert.matches("mrl_tensor %* expected, got number", error_of(function() T.own(3) end))
+    assert.matches("NULL mrl_tensor %*", error_of(function() T.own(ffi.new("mrl_tensor *")) end))
+    local slot = ffi.new("mrl_tensor *[1]")
+    local shape = ffi.new("int64_t[2]", { 2, 3 })
+    assert.are.equal(0, C.mrl_tensor_new(rl.engine, 2, shape, slot))
+    local t = T.own(slot[0])
+    t:fill(2)
+    assert.are.equal(12, t:sum())
   end)
 end)

@@ -90,6 +90,39 @@ mrl_status mrl_rng_uniform(mrl_rng *rng, double *out) {
   return MRL_OK;
 }
 
+/* hi:lo = a * b, from 32-bit halves (C11 has no 128-bit integer) */
+static uint64_t mul_wide(uint64_t a, uint64_t b, uint64_t *lo) {
+  uint64_t a0 = a & 0xffffffffu, a1 = a >> 32, b0 = b & 0xffffffffu, b1 = b >> 32;
+  uint64_t p00 = a0 * b0, p01 = a0 * b1, p10 = a1 * b0, p11 = a1 * b1;
+  uint64_t mid = (p00 >> 32) + (p01 & 0xffffffffu) + (p10 & 0xffffffffu);
+  *lo = (mid << 32) | (p00 & 0xffffffffu);
+  return p11 + (p01 >> 32) + (p10 >> 32) + (mid >> 32);
+}
+
+/* A draw x maps to floor(x * count / 2^64), the high word of x * count: for spans up to 2^53
+ * what floor(uniform * count) gives but for a chance of about count / 2^53. The low word tells
+ * the 2^64 mod count draws that would favour some results apart; those are drawn again. */
+mrl_status mrl_rng_int(mrl_rng *rng, int64_t lo, int64_t hi, int64_t *out) {
+  if (!rng || !out) return MRL_ERR_NULL;
+  if (lo > hi)
+    return rng->engine ? mrl__fail(rng->engine, MRL_ERR_INVALID, "mrl_rng_int",
+                                   "the interval [%lld, %lld] is empty", (long long)lo,
+                                   (long long)hi)
+                       : MRL_ERR_INVALID;
+  uint64_t count = (uint64_t)hi - (uint64_t)lo + 1, r = mrl__rng_u64(rng);
+  if (count != 0) { /* count 0: all 2^64 integers, r itself */
+    uint64_t low;
+    r = mul_wide(r, count, &low);
+    if (low < count) {
+      uint64_t unfair = (0 - count) % count; /* 2^64 mod count */
+      while (low < unfair) r = mul_wide(mrl__rng_u64(rng), count, &low);
+    }
+  }
+  uint64_t v = (uint64_t)lo + r; /* back to int64 without an implementation-defined cast */
+  *out = v <= (uint64_t)INT64_MAX ? (int64_t)v : -(int64_t)(UINT64_MAX - v) - 1;
+  return MRL_OK;
+}
+
 mrl_status mrl_rng_normal(mrl_rng *rng, double *out) {
   if (!rng || !out) return MRL_ERR_NULL;
   *out = mrl__rng_normal(rng);

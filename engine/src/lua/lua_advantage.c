@@ -1,57 +1,42 @@
 /* lua_advantage.c - rl.advantage: one function per method family of the spec's test vectors
  * (shared/spec/advantage_vectors.json), rl.advantage.<method>(inputs, params), taking the tables
- * a case's `inputs` and `params` hold and returning a table of its output keys. The math is the
- * engine's (advantage*.c, loss*.c); this file converts tables to arrays and back.
+ * a case's `inputs` and `params` hold and returning a table of its output keys.
+ *
+ * The families the trainer uses (outcome estimators, GAE, step returns, GiGPO and BEACON, the
+ * policy and value losses, KL, overlong shaping) are adapters over rl.objective: they lay the case
+ * out as the trainer does (each matrix row one episode of flat token tensors, per-row lists), call
+ * the rl.objective function the trainer calls and read its results back, so the vectors check the
+ * trainer's path. rl.objective computes per-token values on sampled tokens only and gives 0 at
+ * mask-0 positions (spec 0.3: consumers multiply by the mask). The other families call the engine
+ * (advantage*.c, loss*.c) directly: nothing else marshals them.
  *
  * Conventions, those of the vectors file: 2-D arrays are tables of equal-length rows; ids (group,
  * trajectory, agent, anchor, action) are numbers or strings, equal iff equal in Lua; row, step and
  * segment indices are 0-based, as the spec writes them; a failed evaluation in a list of numbers
  * may be false. Unknown input or parameter names, wrong types and the engine's refusals raise
  * argument errors naming the problem. */
-#include "lua_internal.h"
+#include "lua_objective.h"
 
 #include <math.h>
 #include <string.h>
 
 enum { INPUTS = 1, PARAMS = 2 };
+enum { OBJECTIVE = 1 }; /* upvalue: a table of rl.objective's functions */
 
 /* ---- starting a call ---- */
-
-static void check_keys(lua_State *L, int idx, const char *what, const char *const *allowed) {
-  lua_pushnil(L);
-  while (lua_next(L, idx)) {
-    lua_pop(L, 1);
-    bool ok = false;
-    if (lua_type(L, -1) == LUA_TSTRING)
-      for (const char *const *k = allowed; *k && !ok; k++)
-        ok = strcmp(*k, lua_tostring(L, -1)) == 0;
-    if (!ok) {
-      luaL_Buffer b;
-      luaL_buffinit(L, &b);
-      for (const char *const *k = allowed; *k; k++) {
-        if (k != allowed) luaL_addstring(&b, ", ");
-        luaL_addstring(&b, *k);
-      }
-      if (!*allowed) luaL_addstring(&b, "none");
-      luaL_pushresult(&b);
-      const char *expected = lua_tostring(L, -1), *name = luaL_tolstring(L, -2, NULL);
-      luaL_argerror(L, idx,
-                    lua_pushfstring(L, "unknown %s '%s' (expected: %s)", what, name, expected));
-    }
-  }
-}
 
 /* Checks (inputs, params): inputs a table, params a table or nil (made {}), no unknown keys. */
 static void start(lua_State *L, const char *const *inputs, const char *const *params) {
   luaL_checktype(L, INPUTS, LUA_TTABLE);
+  luaL_checkstack(L, 24, "rl.advantage");
   if (lua_isnoneornil(L, PARAMS)) {
     lua_settop(L, 1);
     lua_newtable(L);
   }
   luaL_checktype(L, PARAMS, LUA_TTABLE);
   lua_settop(L, 2);
-  check_keys(L, INPUTS, "input", inputs);
-  check_keys(L, PARAMS, "param", params);
+  mrl__obj_check_keys(L, INPUTS, "input", inputs);
+  mrl__obj_check_keys(L, PARAMS, "param", params);
 }
 
 /* Raises the engine's message for a failed status as an error on the inputs. */
@@ -59,15 +44,8 @@ static void check_status(lua_State *L, mrl_status st) {
   if (st) mrl__lua_raise(L, mrl__lua_engine(L), st, INPUTS);
 }
 
-/* A zeroed block the Lua GC owns, left on the stack until the call returns. */
 static void *buffer(lua_State *L, int64_t count, size_t elem) {
-  if (count < 0 || (uint64_t)count > (SIZE_MAX / 2) / elem)
-    luaL_error(L, "rl.advantage: %I elements is too many", (lua_Integer)count);
-  luaL_checkstack(L, 2, "rl.advantage: too many arrays");
-  size_t size = (size_t)count * elem;
-  void *p = lua_newuserdatauv(L, size ? size : 1, 0);
-  memset(p, 0, size ? size : 1);
-  return p;
+  return mrl__obj_buffer(L, count, elem);
 }
 
 /* ---- reading inputs ---- */
@@ -185,55 +163,11 @@ static uint8_t *input_flags(lua_State *L, const char *key, int64_t *n) {
   return out;
 }
 
-/* Dense integers for ids (numbers or strings), numbered 0, 1, ... in order of first appearance:
- * map (a stack index) holds id -> integer for the lists that must agree; values (0: not kept)
- * the distinct ids in that order. */
-typedef struct {
-  int map, values;
-  int64_t count;
-} idmap;
-
-static idmap new_idmap(lua_State *L, bool keep_values) {
-  luaL_checkstack(L, 2, "rl.advantage: too many arrays");
-  idmap m = {0, 0, 0};
-  lua_newtable(L);
-  m.map = lua_gettop(L);
-  if (keep_values) {
-    lua_newtable(L);
-    m.values = lua_gettop(L);
-  }
-  return m;
-}
-
-/* The integer of the id at the top (element i of `what`); pops it. */
-static int64_t take_id(lua_State *L, idmap *m, const char *what, int64_t i) {
-  int t = lua_type(L, -1);
-  if ((t != LUA_TNUMBER && t != LUA_TSTRING) || (t == LUA_TNUMBER && isnan(lua_tonumber(L, -1))))
-    luaL_argerror(L, INPUTS,
-                  lua_pushfstring(L, "%s[%I]: id (a number or a string) expected, got %s", what,
-                                  (lua_Integer)i, luaL_typename(L, -1)));
-  lua_pushvalue(L, -1);
-  if (lua_rawget(L, m->map) == LUA_TNUMBER) {
-    int64_t id = (int64_t)lua_tointeger(L, -1);
-    lua_pop(L, 2);
-    return id;
-  }
-  lua_pop(L, 1);
-  int64_t id = m->count++;
-  if (m->values) {
-    lua_pushvalue(L, -1);
-    lua_rawseti(L, m->values, (lua_Integer)id + 1);
-  }
-  lua_pushinteger(L, (lua_Integer)id);
-  lua_rawset(L, m->map);
-  return id;
-}
-
 /* inputs.key as ids; m NULL: a map of its own. */
-static int64_t *input_ids(lua_State *L, const char *key, int64_t *n, idmap *m) {
-  idmap own;
+static int64_t *input_ids(lua_State *L, const char *key, int64_t *n, mrl__idmap *m) {
+  mrl__idmap own;
   if (!m) {
-    own = new_idmap(L, false);
+    own = mrl__obj_idmap(L, false);
     m = &own;
   }
   *n = list_length(L, key);
@@ -243,7 +177,7 @@ static int64_t *input_ids(lua_State *L, const char *key, int64_t *n, idmap *m) {
   const char *what = lua_tostring(L, -1);
   for (int64_t i = 0; i < *n; i++) {
     lua_geti(L, -2, (lua_Integer)i + 1);
-    out[i] = take_id(L, m, what, i + 1);
+    out[i] = mrl__obj_take_id(L, m, INPUTS, what, i + 1);
   }
   lua_pop(L, 2);
   return out;
@@ -327,6 +261,19 @@ static float *input_matrix(lua_State *L, const char *key, int64_t *rows, int64_t
 static float *input_like(lua_State *L, const char *key, int64_t rows, int64_t cols,
                          const char *like) {
   return input_matrix(L, key, &rows, &cols, like);
+}
+
+/* A mask input (0 and 1 only) of the shape rows x cols of `like`. */
+static float *input_mask(lua_State *L, const char *key, int64_t rows, int64_t cols,
+                         const char *like) {
+  float *m = input_like(L, key, rows, cols, like);
+  for (int64_t i = 0; i < rows * cols; i++)
+    if (m[i] != 0.0f && m[i] != 1.0f)
+      luaL_argerror(L, INPUTS,
+                    lua_pushfstring(L, "inputs.%s[%I][%I] is %f; a mask holds only 0 and 1", key,
+                                    (lua_Integer)(i / cols) + 1, (lua_Integer)(i % cols) + 1,
+                                    (double)m[i]));
+  return m;
 }
 
 /* inputs.key as a flat float array of a list (rank 1) or a matrix (rank 2); shape[0..rank) */
@@ -422,30 +369,13 @@ static int param_option(lua_State *L, const char *key, const char *def, const ch
         L, PARAMS,
         lua_pushfstring(L, "params.%s: string expected, got %s", key, luaL_typename(L, -1)));
   const char *v = t == LUA_TNIL ? def : lua_tostring(L, -1);
-  for (int i = 0; names[i]; i++)
-    if (strcmp(names[i], v) == 0) {
-      lua_pop(L, 1);
-      return i;
-    }
-  luaL_Buffer b;
-  luaL_buffinit(L, &b);
-  for (int i = 0; names[i]; i++) {
-    if (i) luaL_addstring(&b, ", ");
-    luaL_addstring(&b, names[i]);
-  }
-  luaL_pushresult(&b);
-  luaL_argerror(L, PARAMS,
-                lua_pushfstring(L, "params.%s: unknown value '%s' (expected one of: %s)", key, v,
-                                lua_tostring(L, -1)));
-  return 0;
+  int i = mrl__obj_option(L, PARAMS, lua_pushfstring(L, "params.%s", key), v, names);
+  lua_pop(L, 2);
+  return i;
 }
 
-static const char *const agg_names[] = {"token-mean",          "seq-mean-token-sum",
-                                        "seq-mean-token-mean", "seq-mean-token-sum-norm",
-                                        "oat-drgrpo",          NULL};
-
 static mrl_loss_agg param_agg(lua_State *L, const char *def) {
-  return (mrl_loss_agg)param_option(L, "loss_agg_mode", def, agg_names);
+  return (mrl_loss_agg)param_option(L, "loss_agg_mode", def, mrl__obj_agg_names);
 }
 
 static mrl_kl_kind param_kl(lua_State *L, const char *key, const char *def) {
@@ -479,16 +409,8 @@ static void set_string(lua_State *L, const char *key, const char *v) {
   lua_setfield(L, -2, key);
 }
 
-static void push_doubles(lua_State *L, const double *x, int64_t n) {
-  lua_createtable(L, n < INT32_MAX ? (int)n : 0, 0);
-  for (int64_t i = 0; i < n; i++) {
-    lua_pushnumber(L, x[i]);
-    lua_rawseti(L, -2, (lua_Integer)i + 1);
-  }
-}
-
 static void set_doubles(lua_State *L, const char *key, const double *x, int64_t n) {
-  push_doubles(L, x, n);
+  mrl__obj_push_doubles(L, x, n);
   lua_setfield(L, -2, key);
 }
 
@@ -521,7 +443,98 @@ static void set_matrix(lua_State *L, const char *key, const float *x, int64_t ro
   set_array(L, key, x, 2, (const int64_t[]){rows, cols});
 }
 
-/* ---- outcome advantages (1.2 - 1.5, 1.7, 1.9) ---- */
+/* ---- calling rl.objective ---- */
+
+/* Sets field key of the table at the top to a new flat tensor of x[0..n). */
+static void set_tensor(lua_State *L, const char *key, const float *x, int64_t n) {
+  mrl_engine *e = mrl__lua_engine(L);
+  mrl_tensor *t = NULL;
+  mrl_status st = mrl_tensor_new(e, 1, &n, &t);
+  if (st) mrl__lua_raise(L, e, st, 0);
+  mrl__lua_push_tensor(L, t);
+  if (n > 0) memcpy(mrl_tensor_data(t), x, (size_t)n * sizeof *x);
+  lua_setfield(L, -2, key);
+}
+
+/* The trainer's layout of rows x cols matrices, in the table at the top: each row one episode
+ * of the flat tensors (offsets 0, cols, 2 cols, ...) */
+static void set_offsets(lua_State *L, int64_t rows, int64_t cols) {
+  lua_createtable(L, (int)rows + 1, 0);
+  for (int64_t b = 0; b <= rows; b++) {
+    lua_pushinteger(L, (lua_Integer)(b * cols));
+    lua_rawseti(L, -2, (lua_Integer)b + 1);
+  }
+  lua_setfield(L, -2, "offsets");
+}
+
+/* ... and every episode listed. */
+static void set_layout(lua_State *L, int64_t rows, int64_t cols) {
+  set_offsets(L, rows, cols);
+  lua_createtable(L, (int)rows, 0);
+  for (int64_t b = 0; b < rows; b++) {
+    lua_pushinteger(L, (lua_Integer)b + 1);
+    lua_rawseti(L, -2, (lua_Integer)b + 1);
+  }
+  lua_setfield(L, -2, "episodes");
+}
+
+/* Sets field key of the table at the top to inputs[input] as it is (read and checked before). */
+static void pass_input(lua_State *L, const char *key, const char *input) {
+  lua_getfield(L, INPUTS, input);
+  lua_setfield(L, -2, key);
+}
+
+/* Sets field key of the table at the top to params[param], checked; absent, rl.objective's
+ * default holds. */
+static void pass_number(lua_State *L, const char *key, const char *param) {
+  if (has_param(L, param)) set_number(L, key, param_number(L, param, 0.0));
+}
+
+static void pass_boolean(lua_State *L, const char *key, const char *param) {
+  if (has_param(L, param)) set_boolean(L, key, param_boolean(L, param, false));
+}
+
+/* Calls rl.objective.<fn> on the table at the top, leaving nres results. The adapters check
+ * their inputs first, so what fails here is a refusal of the engine: it becomes an argument error
+ * on the inputs, the inner "bad argument #1 to '?'" dropped. */
+static void call_objective(lua_State *L, const char *fn, int nres) {
+  lua_getfield(L, lua_upvalueindex(OBJECTIVE), fn);
+  lua_insert(L, -2);
+  int status = lua_pcall(L, 1, nres, 0);
+  if (status == LUA_OK) return;
+  if (status != LUA_ERRRUN || lua_type(L, -1) != LUA_TSTRING) lua_error(L);
+  size_t len;
+  const char *msg = lua_tolstring(L, -1, &len), *open = strstr(msg, " (");
+  if (strncmp(msg, "bad argument #", 14) == 0 && open && msg[len - 1] == ')')
+    msg = lua_pushlstring(L, open + 2, (size_t)(msg + len - 1 - (open + 2)));
+  luaL_argerror(L, INPUTS, msg);
+}
+
+/* The data of the result tensor at idx. */
+static const float *result_data(lua_State *L, int idx) {
+  return mrl_tensor_data(mrl__lua_check_tensor(L, idx, "result"));
+}
+
+/* Copies field from of the table at idx to field to of the table at the top. */
+static void copy_field(lua_State *L, int idx, const char *from, const char *to) {
+  lua_getfield(L, idx, from);
+  lua_setfield(L, -2, to);
+}
+
+/* S_b = sum_t r[b, t] over every position, masked or not (spec 0.2): the row's score. */
+static double *row_scores(lua_State *L, const char *key, const float *r, int64_t rows,
+                          int64_t cols) {
+  double *s = buffer(L, rows, sizeof *s);
+  for (int64_t b = 0; b < rows; b++) {
+    for (int64_t t = 0; t < cols; t++) s[b] += r[b * cols + t];
+    if (!isfinite(s[b]))
+      luaL_argerror(L, INPUTS, lua_pushfstring(L, "inputs.%s[%I]: the rewards must be finite",
+                                               key, (lua_Integer)b + 1));
+  }
+  return s;
+}
+
+/* ---- outcome advantages (1.2 - 1.5, 1.7, 1.9): rl.objective.advantage, then broadcast ---- */
 
 static const char *const outcome_inputs[] = {"token_level_rewards", "response_mask", "index", NULL};
 
@@ -535,49 +548,65 @@ static outcome_batch read_outcome(lua_State *L) {
   outcome_batch o;
   int64_t n;
   o.rewards = input_matrix(L, "token_level_rewards", &o.rows, &o.cols, NULL);
-  o.mask = input_like(L, "response_mask", o.rows, o.cols, "token_level_rewards");
+  o.mask = input_mask(L, "response_mask", o.rows, o.cols, "token_level_rewards");
   o.group = input_ids(L, "index", &n, NULL);
   check_length(L, "index", n, o.rows, "token_level_rewards");
   return o;
 }
 
-static int outcome(lua_State *L, mrl_outcome_kind kind, bool norm_default,
-                   const char *const *params) {
+/* Pushes the flat tensor A[b, t] = a_b mask[b, t] of rl.objective's outcome estimator `method`:
+ * the row scores with the prompt groups, the mask sums as sampled-token counts. */
+static void push_outcome(lua_State *L, const char *method, const outcome_batch *b) {
+  double *score = row_scores(L, "token_level_rewards", b->rewards, b->rows, b->cols);
+  double *count = buffer(L, b->rows, sizeof *count);
+  for (int64_t i = 0; i < b->rows * b->cols; i++) count[i / b->cols] += b->mask[i];
+  lua_createtable(L, 0, 8);
+  set_string(L, "method", method);
+  set_doubles(L, "scores", score, b->rows);
+  pass_input(L, "groups", "index");
+  set_doubles(L, "counts", count, b->rows);
+  pass_number(L, "epsilon", "epsilon");
+  if (has_param(L, "norm_adv_by_std"))
+    set_number(L, "norm_by_std", param_boolean(L, "norm_adv_by_std", true));
+  pass_boolean(L, "singleton_zero", "singleton_zero");
+  pass_number(L, "f_norm", "f_norm");
+  call_objective(L, "advantage", 1);
+  lua_createtable(L, 0, 3);
+  lua_insert(L, -2);
+  lua_setfield(L, -2, "values");
+  set_tensor(L, "mask", b->mask, b->rows * b->cols);
+  set_offsets(L, b->rows, b->cols);
+  call_objective(L, "broadcast", 1);
+}
+
+static int outcome(lua_State *L, const char *method, const char *const *params) {
   start(L, outcome_inputs, params);
   outcome_batch b = read_outcome(L);
-  mrl_outcome_opts o;
-  mrl_outcome_defaults(&o);
-  o.epsilon = param_number(L, "epsilon", o.epsilon);
-  o.norm_by_std = param_boolean(L, "norm_adv_by_std", norm_default);
-  o.singleton_zero = param_boolean(L, "singleton_zero", false);
-  o.f_norm = param_number(L, "f_norm", 1.0);
-  float *adv = buffer(L, b.rows * b.cols, sizeof *adv);
-  check_status(L, mrl_outcome_advantage(mrl__lua_engine(L), kind, &o, b.rewards, b.mask, b.group,
-                                        b.rows, b.cols, adv));
+  push_outcome(L, method, &b);
   lua_newtable(L);
-  set_matrix(L, "advantages", adv, b.rows, b.cols);
+  set_matrix(L, "advantages", result_data(L, -2), b.rows, b.cols);
   return 1;
 }
 
 static const char *const grpo_params[] = {"epsilon", "norm_adv_by_std", NULL};
-static int l_grpo(lua_State *L) { return outcome(L, MRL_ADV_GRPO, true, grpo_params); }
-static int l_drgrpo(lua_State *L) { return outcome(L, MRL_ADV_GRPO, false, grpo_params); }
-static int l_passk(lua_State *L) { return outcome(L, MRL_ADV_GRPO_PASSK, true, grpo_params); }
+static int l_grpo(lua_State *L) { return outcome(L, "grpo", grpo_params); }
+static int l_drgrpo(lua_State *L) { return outcome(L, "drgrpo", grpo_params); }
+static int l_passk(lua_State *L) { return outcome(L, "grpo_passk", grpo_params); }
 static int l_rloo(lua_State *L) {
   static const char *const params[] = {"singleton_zero", NULL};
-  return outcome(L, MRL_ADV_RLOO, true, params);
+  return outcome(L, "rloo", params);
 }
 static int l_opo(lua_State *L) {
   static const char *const params[] = {NULL};
-  return outcome(L, MRL_ADV_OPO, true, params);
+  return outcome(L, "opo", params);
 }
 static int l_gpg(lua_State *L) {
   static const char *const params[] = {"f_norm", NULL};
-  return outcome(L, MRL_ADV_GPG, true, params);
+  return outcome(L, "gpg", params);
 }
 static int l_rpp_baseline(lua_State *L) {
   static const char *const params[] = {NULL};
-  return outcome(L, MRL_ADV_REINFORCE_PP_BASELINE, true, params);
+  return outcome(L, "reinforce_plus_plus_baseline", params);
 }
 
 /* fatal-aware GRPO / RLOO (6.8): the estimator, then fatal rows clamped at 0 from below */
@@ -592,17 +621,9 @@ static int l_fatal_aware(lua_State *L) {
   int64_t n;
   uint8_t *fatal = input_flags(L, "is_fatal", &n);
   check_length(L, "is_fatal", n, b.rows, "token_level_rewards");
-  int which = param_option(L, "estimator", "grpo", names);
-  mrl_outcome_opts o;
-  mrl_outcome_defaults(&o);
-  o.epsilon = param_number(L, "epsilon", o.epsilon);
-  o.norm_by_std = param_boolean(L, "norm_adv_by_std", which == 0);
-  o.singleton_zero = param_boolean(L, "singleton_zero", false);
-  float *adv = buffer(L, b.rows * b.cols, sizeof *adv);
-  mrl_engine *e = mrl__lua_engine(L);
-  check_status(L, mrl_outcome_advantage(e, which == 2 ? MRL_ADV_RLOO : MRL_ADV_GRPO, &o, b.rewards,
-                                        b.mask, b.group, b.rows, b.cols, adv));
-  check_status(L, mrl_fatal_clamp(e, fatal, b.rows, b.cols, adv));
+  push_outcome(L, names[param_option(L, "estimator", "grpo", names)], &b);
+  float *adv = mrl_tensor_data(mrl__lua_check_tensor(L, -1, "result"));
+  check_status(L, mrl_fatal_clamp(mrl__lua_engine(L), fatal, b.rows, b.cols, adv));
   lua_newtable(L);
   set_matrix(L, "advantages", adv, b.rows, b.cols);
   return 1;
@@ -644,6 +665,8 @@ static int l_reinforce_pp(lua_State *L) {
   return 1;
 }
 
+/* GAE (1.1) through rl.objective.gae: observation tokens are transparent there too, so the
+ * sampled tokens of each row, packed, give the same recursion. */
 static int l_gae(lua_State *L) {
   static const char *const inputs[] = {"token_level_rewards", "values", "response_mask", NULL};
   static const char *const params[] = {"gamma", "lam", NULL};
@@ -651,13 +674,18 @@ static int l_gae(lua_State *L) {
   int64_t rows, cols;
   float *r = input_matrix(L, "token_level_rewards", &rows, &cols, NULL);
   float *v = input_like(L, "values", rows, cols, "token_level_rewards");
-  float *mask = input_like(L, "response_mask", rows, cols, "token_level_rewards");
-  float *adv = buffer(L, rows * cols, sizeof *adv), *ret = buffer(L, rows * cols, sizeof *ret);
-  check_status(L, mrl_gae(mrl__lua_engine(L), r, v, mask, rows, cols, param_number(L, "gamma", 1.0),
-                          param_number(L, "lam", 1.0), adv, ret));
+  float *mask = input_mask(L, "response_mask", rows, cols, "token_level_rewards");
+  lua_createtable(L, 0, 7);
+  set_tensor(L, "rewards", r, rows * cols);
+  set_tensor(L, "values", v, rows * cols);
+  set_tensor(L, "mask", mask, rows * cols);
+  set_layout(L, rows, cols);
+  pass_number(L, "gamma", "gamma");
+  pass_number(L, "lambda", "lam");
+  call_objective(L, "gae", 2);
   lua_newtable(L);
-  set_matrix(L, "advantages", adv, rows, cols);
-  set_matrix(L, "returns", ret, rows, cols);
+  set_matrix(L, "advantages", result_data(L, -3), rows, cols);
+  set_matrix(L, "returns", result_data(L, -2), rows, cols);
   return 1;
 }
 
@@ -671,10 +699,9 @@ static int l_agg_loss(lua_State *L) {
   float *loss = input_matrix(L, "loss_mat", &rows, &cols, NULL);
   float *mask = input_like(L, "loss_mask", rows, cols, "loss_mat");
   double out;
-  check_status(L, mrl_agg_loss(mrl__lua_engine(L),
-                               (mrl_loss_agg)param_option(L, "mode", "token-mean", agg_names),
-                               param_number(L, "loss_scale_factor", 0.0), loss, mask, rows, cols,
-                               &out));
+  mrl_loss_agg mode = (mrl_loss_agg)param_option(L, "mode", "token-mean", mrl__obj_agg_names);
+  check_status(L, mrl_agg_loss(mrl__lua_engine(L), mode, param_number(L, "loss_scale_factor", 0.0),
+                               loss, mask, rows, cols, &out));
   lua_newtable(L);
   set_number(L, "loss", out);
   return 1;
@@ -692,7 +719,7 @@ static pg_batch read_pg(lua_State *L, bool need_old) {
   if (need_old || has_input(L, "old_log_prob"))
     p.old = input_like(L, "old_log_prob", p.rows, p.cols, "log_prob");
   p.adv = input_like(L, "advantages", p.rows, p.cols, "log_prob");
-  p.mask = input_like(L, "response_mask", p.rows, p.cols, "log_prob");
+  p.mask = input_mask(L, "response_mask", p.rows, p.cols, "log_prob");
   if (has_input(L, "rollout_is_weights"))
     p.is_weights = input_like(L, "rollout_is_weights", p.rows, p.cols, "log_prob");
   return p;
@@ -709,48 +736,58 @@ static void read_clip(lua_State *L, mrl_pg_opts *o) {
 static const char *const pg_inputs[] = {"old_log_prob",  "log_prob",           "advantages",
                                         "response_mask", "rollout_is_weights", NULL};
 
-static int policy_loss(lua_State *L, mrl_pg_kind kind, const char *const *params) {
+/* The policy losses (4.1 - 4.6) through rl.objective.loss (kind: its name of the loss). */
+static int policy_loss(lua_State *L, const char *kind, const char *const *params) {
   start(L, pg_inputs, params);
-  pg_batch p = read_pg(L, kind != MRL_PG_GPG);
-  mrl_pg_opts o;
-  mrl_pg_defaults(kind, &o);
-  read_clip(L, &o);
-  o.clip_c = param_number(L, "clip_ratio_c", o.clip_c);
-  o.tau_pos = param_number(L, "tau_pos", o.tau_pos);
-  o.tau_neg = param_number(L, "tau_neg", o.tau_neg);
-  o.agg = param_agg(L, "token-mean");
-  o.agg_norm = param_number(L, "loss_scale_factor", 0.0);
+  bool gpg = strcmp(kind, "gpg") == 0, cispo = strcmp(kind, "cispo") == 0;
+  pg_batch p = read_pg(L, !gpg);
   int64_t n = p.rows * p.cols;
-  float *tl = kind == MRL_PG_GMPO ? NULL : buffer(L, n, sizeof *tl);
-  double *ratio = buffer(L, p.rows, sizeof *ratio), *sadv = buffer(L, p.rows, sizeof *sadv);
-  bool seq = kind == MRL_PG_GSPO || kind == MRL_PG_GMPO;
-  mrl_pg_stats st;
-  mrl_engine *e = mrl__lua_engine(L);
-  check_status(L, mrl_policy_loss(e, kind, &o, p.logp, p.old, p.adv, p.mask, p.is_weights, p.rows,
-                                  p.cols, &st, tl, seq ? ratio : NULL,
-                                  kind == MRL_PG_GMPO ? sadv : NULL, NULL));
-  float *coeff = NULL;
-  if (kind == MRL_PG_CISPO) {
-    /* d l_t / d logp_t per token: the gradient of the plain sum over an all-ones mask */
-    float *ones = buffer(L, n, sizeof *ones);
-    coeff = buffer(L, n, sizeof *coeff);
-    for (int64_t i = 0; i < n; i++) ones[i] = 1.0f;
-    mrl_pg_opts sum = o;
-    sum.agg = MRL_AGG_SEQ_MEAN_TOKEN_SUM_NORM;
-    sum.agg_norm = 1.0;
-    check_status(L, mrl_policy_loss(e, kind, &sum, p.logp, p.old, p.adv, ones, p.is_weights, p.rows,
-                                    p.cols, NULL, NULL, NULL, NULL, coeff));
+  lua_createtable(L, 0, 20);
+  int args = lua_gettop(L);
+  set_tensor(L, "logp", p.logp, n);
+  set_tensor(L, "old_logp", p.old ? p.old : p.logp, n); /* GPG's loss does not read it */
+  set_tensor(L, "adv", p.adv, n);
+  set_tensor(L, "mask", p.mask, n);
+  if (p.is_weights) set_tensor(L, "is_weights", p.is_weights, n);
+  set_layout(L, p.rows, p.cols);
+  set_string(L, "kind", kind);
+  set_boolean(L, "details", true);
+  if (has_param(L, "loss_agg_mode"))
+    set_string(L, "agg", mrl__obj_agg_names[param_agg(L, "token-mean")]);
+  /* the sum-norm modes' C: loss_scale_factor or the row width L (rl.objective's rows are as wide
+   * as the longest row's sampled tokens) */
+  set_number(L, "agg_norm", param_number(L, "loss_scale_factor", (double)p.cols));
+  double both = param_number(L, "clip_ratio", NAN);
+  if (has_param(L, "clip_ratio_low") || !isnan(both))
+    set_number(L, "clip_low", param_number(L, "clip_ratio_low", both));
+  if (has_param(L, "clip_ratio_high") || !isnan(both))
+    set_number(L, "clip_high", param_number(L, "clip_ratio_high", both));
+  pass_number(L, "clip_c", "clip_ratio_c");
+  pass_number(L, "tau_pos", "tau_pos");
+  pass_number(L, "tau_neg", "tau_neg");
+  lua_pushvalue(L, args);
+  call_objective(L, "loss", 2);
+  int stats = args + 1;
+  if (cispo) {
+    /* d l_t / d logp_t per token: the gradient of the plain sum (sum-norm with C = 1) */
+    lua_pushvalue(L, args);
+    set_string(L, "agg", "seq-mean-token-sum-norm");
+    set_number(L, "agg_norm", 1.0);
+    set_boolean(L, "details", false);
+    call_objective(L, "loss", 2);
   }
   lua_newtable(L);
-  set_number(L, "loss", st.loss);
+  copy_field(L, stats, "loss", "loss");
+  const float *tl = lua_getfield(L, stats, "pg_losses") != LUA_TNIL ? result_data(L, -1) : NULL;
+  lua_pop(L, 1); /* stats keeps it */
   if (tl) set_matrix(L, "pg_losses", tl, p.rows, p.cols);
-  if (kind != MRL_PG_SAPO && kind != MRL_PG_GPG) set_number(L, "pg_clipfrac", st.clipfrac);
-  if (kind == MRL_PG_PPO || kind == MRL_PG_GMPO)
-    set_number(L, "pg_clipfrac_lower", st.clipfrac_lower);
-  if (p.old) set_number(L, "ppo_kl", st.ppo_kl);
-  if (seq) set_doubles(L, "seq_ratio", ratio, p.rows);
-  if (kind == MRL_PG_GMPO) set_doubles(L, "seq_adv", sadv, p.rows);
-  if (coeff) set_matrix(L, "grad_coeff_wrt_logp", coeff, p.rows, p.cols);
+  if (strcmp(kind, "sapo") != 0 && !gpg) copy_field(L, stats, "clipfrac", "pg_clipfrac");
+  if (strcmp(kind, "ppo") == 0 || strcmp(kind, "gmpo") == 0)
+    copy_field(L, stats, "clipfrac_lower", "pg_clipfrac_lower");
+  if (p.old) copy_field(L, stats, "ppo_kl", "ppo_kl");
+  copy_field(L, stats, "seq_ratio", "seq_ratio");
+  copy_field(L, stats, "seq_adv", "seq_adv");
+  if (cispo) set_matrix(L, "grad_coeff_wrt_logp", result_data(L, -2), p.rows, p.cols);
   return 1;
 }
 
@@ -762,28 +799,28 @@ static int l_pg_vanilla(lua_State *L) {
                                        "loss_agg_mode",
                                        "loss_scale_factor",
                                        NULL};
-  return policy_loss(L, MRL_PG_PPO, params);
+  return policy_loss(L, "ppo", params);
 }
 static int l_pg_gspo(lua_State *L) {
   static const char *const params[] = {"clip_ratio", "clip_ratio_low", "clip_ratio_high", NULL};
-  return policy_loss(L, MRL_PG_GSPO, params);
+  return policy_loss(L, "gspo", params);
 }
 static int l_pg_cispo(lua_State *L) {
   static const char *const params[] = {"clip_ratio",    "clip_ratio_low",    "clip_ratio_high",
                                        "loss_agg_mode", "loss_scale_factor", NULL};
-  return policy_loss(L, MRL_PG_CISPO, params);
+  return policy_loss(L, "cispo", params);
 }
 static int l_pg_sapo(lua_State *L) {
   static const char *const params[] = {"tau_pos", "tau_neg", NULL};
-  return policy_loss(L, MRL_PG_SAPO, params);
+  return policy_loss(L, "sapo", params);
 }
 static int l_pg_gpg(lua_State *L) {
   static const char *const params[] = {"loss_agg_mode", "loss_scale_factor", NULL};
-  return policy_loss(L, MRL_PG_GPG, params);
+  return policy_loss(L, "gpg", params);
 }
 static int l_pg_geo_mean(lua_State *L) {
   static const char *const params[] = {"clip_ratio", "clip_ratio_low", "clip_ratio_high", NULL};
-  return policy_loss(L, MRL_PG_GMPO, params);
+  return policy_loss(L, "gmpo", params);
 }
 
 static int l_a2tgpo_loss(lua_State *L) {
@@ -821,6 +858,7 @@ static int l_a2tgpo_loss(lua_State *L) {
   return 1;
 }
 
+/* The clipped value loss (4.7) through rl.objective.value_loss. */
 static int l_value_loss(lua_State *L) {
   static const char *const inputs[] = {"vpreds", "returns", "values", "response_mask", NULL};
   static const char *const params[] = {"cliprange_value", "loss_agg_mode", "loss_scale_factor",
@@ -830,20 +868,28 @@ static int l_value_loss(lua_State *L) {
   float *vpred = input_matrix(L, "vpreds", &rows, &cols, NULL);
   float *ret = input_like(L, "returns", rows, cols, "vpreds");
   float *values = input_like(L, "values", rows, cols, "vpreds");
-  float *mask = input_like(L, "response_mask", rows, cols, "vpreds");
-  double loss, clipfrac;
-  check_status(L, mrl_value_loss(mrl__lua_engine(L), param_agg(L, "token-mean"),
-                                 param_number(L, "loss_scale_factor", 0.0),
-                                 param_number(L, "cliprange_value", 0.5), vpred, values, ret, mask,
-                                 rows, cols, &loss, &clipfrac, NULL));
+  float *mask = input_mask(L, "response_mask", rows, cols, "vpreds");
+  lua_createtable(L, 0, 10);
+  set_tensor(L, "values", vpred, rows * cols);
+  set_tensor(L, "old_values", values, rows * cols);
+  set_tensor(L, "returns", ret, rows * cols);
+  set_tensor(L, "mask", mask, rows * cols);
+  set_layout(L, rows, cols);
+  pass_number(L, "clip", "cliprange_value");
+  set_string(L, "agg", mrl__obj_agg_names[param_agg(L, "token-mean")]);
+  set_number(L, "agg_norm", param_number(L, "loss_scale_factor", (double)cols));
+  call_objective(L, "value_loss", 2);
   lua_newtable(L);
-  set_number(L, "loss", loss);
-  set_number(L, "vf_clipfrac", clipfrac);
+  copy_field(L, -3, "loss", "loss");
+  copy_field(L, -3, "clipfrac", "vf_clipfrac");
   return 1;
 }
 
 /* ---- KL (2, 6.12) ---- */
 
+/* The KL estimators (2): values from rl.objective.kl; the gradient is that of rl.objective.loss's
+ * KL term with coefficient 1 summed over the tokens (one row, sum-norm with C = 1), beside a
+ * policy term that is 0 (advantages 0). */
 static int l_kl_penalty(lua_State *L) {
   static const char *const inputs[] = {"logprob", "ref_logprob", NULL};
   static const char *const params[] = {"kind", NULL};
@@ -855,11 +901,30 @@ static int l_kl_penalty(lua_State *L) {
   if (rank != rank2 || shape[0] != shape2[0] || shape[1] != shape2[1])
     luaL_argerror(L, INPUTS, "inputs.ref_logprob: not the shape of inputs.logprob");
   int64_t n = shape[0] * shape[1];
-  float *kl = buffer(L, n, sizeof *kl), *grad = buffer(L, n, sizeof *grad);
-  check_status(L, mrl_kl(mrl__lua_engine(L), param_kl(L, "kind", "kl"), lp, ref, n, kl, grad));
+  const char *kind = mrl__obj_kl_names[param_kl(L, "kind", "kl")];
+  float *ones = buffer(L, n, sizeof *ones), *zeros = buffer(L, n, sizeof *zeros);
+  for (int64_t i = 0; i < n; i++) ones[i] = 1.0f;
+  lua_createtable(L, 0, 4);
+  set_tensor(L, "logp", lp, n);
+  set_tensor(L, "ref_logp", ref, n);
+  set_tensor(L, "mask", ones, n);
+  set_string(L, "kind", kind);
+  call_objective(L, "kl", 1);
+  lua_createtable(L, 0, 12);
+  set_tensor(L, "logp", lp, n);
+  set_tensor(L, "old_logp", lp, n);
+  set_tensor(L, "adv", zeros, n);
+  set_tensor(L, "mask", ones, n);
+  set_layout(L, 1, n);
+  set_string(L, "agg", "seq-mean-token-sum-norm");
+  set_number(L, "agg_norm", 1.0);
+  set_tensor(L, "ref_logp", ref, n);
+  set_string(L, "kl", kind);
+  set_number(L, "kl_coef", 1.0);
+  call_objective(L, "loss", 2);
   lua_newtable(L);
-  set_array(L, "kl", kl, rank, shape);
-  set_array(L, "grad_wrt_logprob", grad, rank, shape);
+  set_array(L, "kl", result_data(L, -4), rank, shape);
+  set_array(L, "grad_wrt_logprob", result_data(L, -2), rank, shape);
   return 1;
 }
 
@@ -956,7 +1021,7 @@ static int l_ttopd_turn_kl(lua_State *L) {
   set_number(L, "loss", loss);
   lua_createtable(L, rows < INT32_MAX ? (int)rows : 0, 0);
   for (int64_t b = 0; b < rows; b++) {
-    push_doubles(L, per_turn + b * slots, row_turns[b]);
+    mrl__obj_push_doubles(L, per_turn + b * slots, row_turns[b]);
     lua_rawseti(L, -2, (lua_Integer)b + 1);
   }
   lua_setfield(L, -2, "per_turn");
@@ -982,6 +1047,8 @@ static int l_ema_update(lua_State *L) {
 
 /* ---- DAPO (5) ---- */
 
+/* DAPO's overlong penalty (5) through rl.objective.overlong: verl's unfloored, the paper's
+ * floored at -penalty_factor. */
 static int l_overlong(lua_State *L) {
   static const char *const inputs[] = {"length", NULL};
   static const char *const params[] = {"max_resp_len", "buffer_len", "penalty_factor", NULL};
@@ -995,20 +1062,23 @@ static int l_overlong(lua_State *L) {
   } else {
     lengths = input_integers(L, "length", &n);
   }
-  double *verl = buffer(L, n, sizeof *verl), *paper = buffer(L, n, sizeof *paper);
   int64_t max_len = param_integer(L, "max_resp_len", 20480),
           buf = param_integer(L, "buffer_len", 4096);
-  double factor = param_number(L, "penalty_factor", 1.0);
-  mrl_engine *e = mrl__lua_engine(L);
-  check_status(L, mrl_overlong_penalty(e, lengths, n, max_len, buf, factor, 0, verl));
-  check_status(L, mrl_overlong_penalty(e, lengths, n, max_len, buf, factor, 1, paper));
+  for (int floored = 0; floored < 2; floored++) {
+    lua_createtable(L, 0, 5);
+    set_integers(L, "lengths", lengths, n);
+    set_number(L, "max_len", (double)max_len);
+    set_number(L, "buffer", (double)buf);
+    pass_number(L, "factor", "penalty_factor");
+    set_boolean(L, "floor", floored);
+    call_objective(L, "overlong", 1);
+  }
   lua_newtable(L);
-  if (scalar) {
-    set_number(L, "verl", verl[0]);
-    set_number(L, "paper", paper[0]);
-  } else {
-    set_doubles(L, "verl", verl, n);
-    set_doubles(L, "paper", paper, n);
+  for (int k = 0; k < 2; k++) {
+    const char *key = k ? "paper" : "verl";
+    if (scalar) lua_geti(L, k - 3, 1);
+    else lua_pushvalue(L, k - 3);
+    lua_setfield(L, -2, key);
   }
   return 1;
 }
@@ -1018,7 +1088,7 @@ static int l_dynamic_sampling(lua_State *L) {
   static const char *const params[] = {NULL};
   start(L, inputs, params);
   int64_t n;
-  idmap groups = new_idmap(L, true);
+  mrl__idmap groups = mrl__obj_idmap(L, true);
   int64_t *group = input_ids(L, "index", &n, &groups);
   check_length(L, "metric", list_length(L, "metric"), n, "index");
   double *metric = buffer(L, n, sizeof *metric);
@@ -1055,24 +1125,28 @@ static int l_dynamic_sampling(lua_State *L) {
 
 /* ---- steps of trajectories (6.1 - 6.5) ---- */
 
+/* Step and turn returns (6.1) through rl.objective.step_returns (spec default gamma 0.95). */
 static int l_step_returns(lua_State *L) {
   static const char *const inputs[] = {"rewards", "traj_uids", "env_step", NULL};
   static const char *const params[] = {"gamma", NULL};
   start(L, inputs, params);
   int64_t n, m;
-  double *rewards = input_vector(L, "rewards", &n, false);
-  int64_t *traj = input_ids(L, "traj_uids", &m, NULL);
+  input_vector(L, "rewards", &n, false);
+  input_ids(L, "traj_uids", &m, NULL);
   check_length(L, "traj_uids", m, n, "rewards");
-  int64_t *env_step = NULL;
   if (has_input(L, "env_step")) {
-    env_step = input_ids(L, "env_step", &m, NULL);
+    input_ids(L, "env_step", &m, NULL);
     check_length(L, "env_step", m, n, "rewards");
   }
-  double *out = buffer(L, n, sizeof *out);
-  check_status(L, mrl_step_returns(mrl__lua_engine(L), rewards, traj, env_step, n,
-                                   param_number(L, "gamma", 0.95), out));
+  lua_createtable(L, 0, 4);
+  pass_input(L, "rewards", "rewards");
+  pass_input(L, "traj", "traj_uids");
+  pass_input(L, "env_step", "env_step");
+  set_number(L, "gamma", param_number(L, "gamma", 0.95));
+  call_objective(L, "step_returns", 1);
   lua_newtable(L);
-  set_doubles(L, "step_rewards", out, n);
+  lua_insert(L, -2);
+  lua_setfield(L, -2, "step_rewards");
   return 1;
 }
 
@@ -1081,12 +1155,16 @@ static int l_turn_returns(lua_State *L) {
   static const char *const params[] = {"gamma", NULL};
   start(L, inputs, params);
   int64_t n;
-  double *rewards = input_vector(L, "turn_rewards", &n, false);
-  double *out = buffer(L, n, sizeof *out);
-  check_status(L, mrl_step_returns(mrl__lua_engine(L), rewards, NULL, NULL, n,
-                                   param_number(L, "gamma", 0.95), out));
+  input_vector(L, "turn_rewards", &n, false);
+  int64_t *traj = buffer(L, n, sizeof *traj); /* one trajectory */
+  lua_createtable(L, 0, 3);
+  pass_input(L, "rewards", "turn_rewards");
+  set_integers(L, "traj", traj, n);
+  set_number(L, "gamma", param_number(L, "gamma", 0.95));
+  call_objective(L, "step_returns", 1);
   lua_newtable(L);
-  set_doubles(L, "returns", out, n);
+  lua_insert(L, -2);
+  lua_setfield(L, -2, "returns");
   return 1;
 }
 
@@ -1108,6 +1186,48 @@ static int64_t *read_anchors(lua_State *L, const int64_t *group, int64_t rows) {
   return anchor;
 }
 
+/* The step groups of GiGPO rows: their (group, anchor) pairs numbered in order of appearance. */
+static int64_t *step_groups(lua_State *L, const int64_t *group, const int64_t *anchor, int64_t n) {
+  int64_t *out = buffer(L, n, sizeof *out);
+  mrl__idmap pairs = mrl__obj_idmap(L, false);
+  for (int64_t i = 0; i < n; i++) {
+    lua_pushinteger(L, (lua_Integer)(group[i] * n + anchor[i]));
+    out[i] = mrl__obj_take_id(L, &pairs, INPUTS, "pair", i + 1);
+  }
+  lua_pop(L, 1);
+  return out;
+}
+
+/* GiGPO (6.2) and BEACON (6.5) through rl.objective.gigpo: a table of its arguments at the top
+ * with the rows' scores, step rewards and prompt groups (inputs read and checked before). */
+static void push_gigpo_args(lua_State *L, const float *r, int64_t rows, int64_t cols) {
+  double *score = row_scores(L, "token_level_rewards", r, rows, cols);
+  lua_createtable(L, 0, 9);
+  set_doubles(L, "scores", score, rows);
+  pass_input(L, "step_rewards", "step_rewards");
+  pass_input(L, "groups", "index");
+  pass_number(L, "epsilon", "epsilon");
+  pass_number(L, "step_weight", "step_advantage_w");
+  if (has_param(L, "mode")) set_string(L, "mode", param_norm_mode(L) ? "mean_std" : "mean");
+}
+
+/* Calls rl.objective.gigpo on the table at the top and puts its three per-row results on the
+ * rows' tokens, as matrices named by keys in a new result table. */
+static void gigpo_results(lua_State *L, const char *const keys[3], const float *mask,
+                          int64_t rows, int64_t cols) {
+  call_objective(L, "gigpo", 3);
+  float *m = buffer(L, rows * cols, sizeof *m);
+  lua_newtable(L);
+  for (int k = 0; k < 3; k++) {
+    for (int64_t i = 0; i < rows * cols; i++) {
+      lua_geti(L, k - 5, (lua_Integer)(i / cols) + 1);
+      m[i] = (float)(lua_tonumber(L, -1) * mask[i]);
+      lua_pop(L, 1);
+    }
+    set_matrix(L, keys[k], m, rows, cols);
+  }
+}
+
 static int l_gigpo(lua_State *L) {
   static const char *const inputs[] = {"token_level_rewards",
                                        "step_rewards",
@@ -1118,33 +1238,24 @@ static int l_gigpo(lua_State *L) {
                                        NULL};
   static const char *const params[] = {"epsilon",    "step_advantage_w",  "mode",
                                        "dedup_traj", "similarity_thresh", NULL};
+  static const char *const keys[] = {"advantages", "episode_adv", "step_adv"};
   start(L, inputs, params);
   int64_t rows, cols, n;
   float *r = input_matrix(L, "token_level_rewards", &rows, &cols, NULL);
-  float *mask = input_like(L, "response_mask", rows, cols, "token_level_rewards");
-  double *step_rewards = input_vector(L, "step_rewards", &n, false);
+  float *mask = input_mask(L, "response_mask", rows, cols, "token_level_rewards");
+  input_vector(L, "step_rewards", &n, false);
   check_length(L, "step_rewards", n, rows, "token_level_rewards");
   int64_t *group = input_ids(L, "index", &n, NULL);
   check_length(L, "index", n, rows, "token_level_rewards");
-  int64_t *traj = input_ids(L, "traj_index", &n, NULL);
+  input_ids(L, "traj_index", &n, NULL);
   check_length(L, "traj_index", n, rows, "token_level_rewards");
   int64_t *anchor = read_anchors(L, group, rows);
-  mrl_gigpo_opts o;
-  mrl_gigpo_defaults(&o);
-  o.epsilon = param_number(L, "epsilon", o.epsilon);
-  o.step_weight = param_number(L, "step_advantage_w", o.step_weight);
-  o.mode = param_norm_mode(L);
-  o.dedup_traj = param_boolean(L, "dedup_traj", false);
-  int64_t nn = rows * cols;
-  float *adv = buffer(L, nn, sizeof *adv), *ep = buffer(L, nn, sizeof *ep);
-  float *sa = buffer(L, nn, sizeof *sa);
-  int64_t *sg = buffer(L, rows, sizeof *sg);
-  check_status(L, mrl_gigpo(mrl__lua_engine(L), &o, r, step_rewards, mask, group, traj, anchor,
-                            rows, cols, adv, ep, sa, sg));
-  lua_newtable(L);
-  set_matrix(L, "advantages", adv, rows, cols);
-  set_matrix(L, "episode_adv", ep, rows, cols);
-  set_matrix(L, "step_adv", sa, rows, cols);
+  int64_t *sg = step_groups(L, group, anchor, rows);
+  push_gigpo_args(L, r, rows, cols);
+  set_integers(L, "anchors", anchor, rows);
+  pass_input(L, "traj", "traj_index");
+  pass_boolean(L, "dedup_traj", "dedup_traj");
+  gigpo_results(L, keys, mask, rows, cols);
   set_integers(L, "step_group_ids", sg, rows);
   return 1;
 }
@@ -1156,15 +1267,8 @@ static int l_gigpo_step_groups(lua_State *L) {
   int64_t n;
   int64_t *group = input_ids(L, "index", &n, NULL);
   int64_t *anchor = read_anchors(L, group, n);
-  int64_t *out = anchor;
-  if (!has_param(L, "similarity_thresh")) { /* exact anchors: number the (group, anchor) pairs */
-    idmap pairs = new_idmap(L, false);
-    out = buffer(L, n, sizeof *out);
-    for (int64_t i = 0; i < n; i++) {
-      lua_pushinteger(L, (lua_Integer)(group[i] * n + anchor[i]));
-      out[i] = take_id(L, &pairs, "pair", i + 1);
-    }
-  }
+  /* similarity clusters are step groups already; exact anchors are numbered with their group */
+  int64_t *out = has_param(L, "similarity_thresh") ? anchor : step_groups(L, group, anchor, n);
   lua_newtable(L);
   set_integers(L, "step_group_ids", out, n);
   return 1;
@@ -1266,7 +1370,8 @@ static int l_beacon_dynamic(lua_State *L) {
   return 1;
 }
 
-/* BEACON's dual-scale advantage: GiGPO with milestone segments as the step groups' anchors */
+/* BEACON's dual-scale advantage: GiGPO with milestone segments as the step groups' anchors
+ * (traj_uids is checked; GiGPO without deduplication does not look at trajectories) */
 static int l_beacon(lua_State *L) {
   static const char *const inputs[] = {"token_level_rewards",
                                        "step_rewards",
@@ -1276,32 +1381,21 @@ static int l_beacon(lua_State *L) {
                                        "segment_ids",
                                        NULL};
   static const char *const params[] = {"epsilon", "step_advantage_w", "mode", NULL};
+  static const char *const keys[] = {"advantages", "episode_adv", "segment_adv"};
   start(L, inputs, params);
   int64_t rows, cols, n;
   float *r = input_matrix(L, "token_level_rewards", &rows, &cols, NULL);
-  float *mask = input_like(L, "response_mask", rows, cols, "token_level_rewards");
-  double *step_rewards = input_vector(L, "step_rewards", &n, false);
+  float *mask = input_mask(L, "response_mask", rows, cols, "token_level_rewards");
+  input_vector(L, "step_rewards", &n, false);
   check_length(L, "step_rewards", n, rows, "token_level_rewards");
-  int64_t *group = input_ids(L, "index", &n, NULL);
-  check_length(L, "index", n, rows, "token_level_rewards");
-  int64_t *traj = input_ids(L, "traj_uids", &n, NULL);
-  check_length(L, "traj_uids", n, rows, "token_level_rewards");
-  int64_t *segment = input_ids(L, "segment_ids", &n, NULL);
-  check_length(L, "segment_ids", n, rows, "token_level_rewards");
-  mrl_gigpo_opts o;
-  mrl_gigpo_defaults(&o);
-  o.epsilon = param_number(L, "epsilon", o.epsilon);
-  o.step_weight = param_number(L, "step_advantage_w", o.step_weight);
-  o.mode = param_norm_mode(L);
-  int64_t nn = rows * cols;
-  float *adv = buffer(L, nn, sizeof *adv), *ep = buffer(L, nn, sizeof *ep);
-  float *sa = buffer(L, nn, sizeof *sa);
-  check_status(L, mrl_gigpo(mrl__lua_engine(L), &o, r, step_rewards, mask, group, traj, segment,
-                            rows, cols, adv, ep, sa, NULL));
-  lua_newtable(L);
-  set_matrix(L, "advantages", adv, rows, cols);
-  set_matrix(L, "episode_adv", ep, rows, cols);
-  set_matrix(L, "segment_adv", sa, rows, cols);
+  const char *const lists[] = {"index", "traj_uids", "segment_ids"};
+  for (int k = 0; k < 3; k++) {
+    input_ids(L, lists[k], &n, NULL);
+    check_length(L, lists[k], n, rows, "token_level_rewards");
+  }
+  push_gigpo_args(L, r, rows, cols);
+  pass_input(L, "anchors", "segment_ids");
+  gigpo_results(L, keys, mask, rows, cols);
   return 1;
 }
 
@@ -1344,7 +1438,7 @@ static int l_a2tgpo_advantages(lua_State *L) {
   int64_t *offsets = buffer(L, trajs + 1, sizeof *offsets),
           *group = buffer(L, trajs, sizeof *group);
   double *outcome = buffer(L, trajs, sizeof *outcome);
-  idmap groups = new_idmap(L, false);
+  mrl__idmap groups = mrl__obj_idmap(L, false);
   push_input(L, "trajs", LUA_TTABLE, "a list");
   int list = lua_gettop(L);
   for (int64_t i = 0; i < trajs; i++) { /* sizes and scalars first */
@@ -1355,7 +1449,7 @@ static int l_a2tgpo_advantages(lua_State *L) {
                                     "outcome=} expected",
                                     (lua_Integer)i + 1));
     lua_getfield(L, -1, "group");
-    group[i] = take_id(L, &groups, "inputs.trajs[].group", i + 1);
+    group[i] = mrl__obj_take_id(L, &groups, INPUTS, "inputs.trajs[].group", i + 1);
     if (lua_getfield(L, -1, "outcome") != LUA_TNUMBER || lua_getfield(L, -2, "ig") != LUA_TTABLE)
       luaL_argerror(L, INPUTS,
                     lua_pushfstring(L,
@@ -1398,11 +1492,11 @@ static int l_a2tgpo_advantages(lua_State *L) {
     set_doubles(L, "accumulated", acc + first, k);
     set_number(L, "outcome_adv", oadv[i]);
     /* the IG turns, then the answer turn (outcome advantage, clip scale 1) */
-    push_doubles(L, tadv + first, k);
+    mrl__obj_push_doubles(L, tadv + first, k);
     lua_pushnumber(L, oadv[i]);
     lua_rawseti(L, -2, (lua_Integer)k + 1);
     lua_setfield(L, -2, "turn_adv");
-    push_doubles(L, clip + first, k);
+    mrl__obj_push_doubles(L, clip + first, k);
     lua_pushnumber(L, 1.0);
     lua_rawseti(L, -2, (lua_Integer)k + 1);
     lua_setfield(L, -2, "clip_scale");
@@ -1418,7 +1512,7 @@ static int l_edit_distance(lua_State *L) {
   static const char *const inputs[] = {"a", "b", NULL};
   static const char *const params[] = {NULL};
   start(L, inputs, params);
-  idmap symbols = new_idmap(L, false);
+  mrl__idmap symbols = mrl__obj_idmap(L, false);
   int64_t na, nb;
   int64_t *a = input_ids(L, "a", &na, &symbols), *b = input_ids(L, "b", &nb, &symbols);
   double d;
@@ -1447,13 +1541,14 @@ static int l_selective_gate(lua_State *L) {
   }
   lua_pop(L, 1);
   int64_t *actions = buffer(L, offsets[trajs], sizeof *actions);
-  idmap symbols = new_idmap(L, false);
+  mrl__idmap symbols = mrl__obj_idmap(L, false);
   push_input(L, "actions_per_traj", LUA_TTABLE, "a list");
   for (int64_t i = 0; i < trajs; i++) {
     lua_geti(L, -1, (lua_Integer)i + 1);
     for (int64_t j = offsets[i]; j < offsets[i + 1]; j++) {
       lua_geti(L, -1, (lua_Integer)(j - offsets[i]) + 1);
-      actions[j] = take_id(L, &symbols, "inputs.actions_per_traj[][]", j - offsets[i] + 1);
+      actions[j] =
+          mrl__obj_take_id(L, &symbols, INPUTS, "inputs.actions_per_traj[][]", j - offsets[i] + 1);
     }
     lua_pop(L, 1);
   }
@@ -1757,4 +1852,9 @@ static const luaL_Reg advantage_funcs[] = {{"grpo", l_grpo},
                                            {"ema_update", l_ema_update},
                                            {NULL, NULL}};
 
-void mrl__lua_open_advantage(lua_State *L) { luaL_newlib(L, advantage_funcs); }
+/* the table; its functions share a private copy of rl.objective (upvalue OBJECTIVE) */
+void mrl__lua_open_advantage(lua_State *L) {
+  luaL_newlibtable(L, advantage_funcs);
+  mrl__lua_open_objective(L);
+  luaL_setfuncs(L, advantage_funcs, 1);
+}

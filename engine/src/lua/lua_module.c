@@ -154,24 +154,27 @@ static int l_rng(lua_State *L) {
   return 1;
 }
 
-/* rng:random() in [0, 1); rng:random(n) in 1..n; rng:random(m, n) in m..n (as math.random). */
+/* rng:random() in [0, 1); rng:random(n) in 1..n; rng:random(m, n) in m..n, uniform for any
+ * m <= n (as math.random, with the engine's generator). */
 static int rng_random(lua_State *L) {
   mrl_rng *r = check_rng(L);
-  double u;
-  mrl_rng_uniform(r, &u);
-  if (lua_isnoneornil(L, 2)) {
+  int args = lua_gettop(L) - 1;
+  if (args == 0) {
+    double u;
+    mrl_rng_uniform(r, &u);
     lua_pushnumber(L, u);
     return 1;
   }
+  if (args > 2) return luaL_argerror(L, 4, "at most two bounds expected");
   lua_Integer lo = 1, hi = luaL_checkinteger(L, 2);
-  if (!lua_isnoneornil(L, 3)) {
+  if (args == 2) {
     lo = hi;
     hi = luaL_checkinteger(L, 3);
   }
-  if (lo > hi) return luaL_argerror(L, lua_isnoneornil(L, 3) ? 2 : 3, "interval is empty");
-  double span = (double)hi - (double)lo + 1.0;
-  lua_Integer k = lo + (lua_Integer)(u * span);
-  lua_pushinteger(L, k > hi ? hi : k);
+  if (lo > hi) return luaL_argerror(L, args + 1, "interval is empty");
+  int64_t k;
+  mrl_rng_int(r, lo, hi, &k);
+  lua_pushinteger(L, k);
   return 1;
 }
 

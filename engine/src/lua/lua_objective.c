@@ -1,21 +1,122 @@
-/* lua_objective.c - the trainer's side of the advantage and loss API (`rl.objective`): the C
- * estimators and losses applied to a trajectory batch's ragged layout. Episodes are ranges of flat
- * token tensors (offsets); a function gathers each listed episode's sampled tokens (mask 1) into
- * one left-packed row, calls the engine on the (rows, cols) arrays and scatters per-token results
- * back to flat positions. The per-case API over the spec's tables is rl.advantage. */
-#include "lua_internal.h"
+/* lua_objective.c - rl.objective: the Lua binding of the engine's advantages and losses that the
+ * trainer calls, applied to a trajectory batch's ragged layout. Episodes are ranges of flat token
+ * tensors (offsets); a function gathers each listed episode's sampled tokens (mask 1) into one
+ * left-packed row, calls the engine on the (rows, cols) arrays and scatters per-token results back
+ * to flat positions (0 at the other tokens). rl.advantage (lua_advantage.c) runs the spec's cases
+ * through these same functions; the helpers it shares with them are declared in lua_objective.h. */
+#include "lua_objective.h"
 
 #include <math.h>
 #include <string.h>
 
+/* ---- helpers shared with rl.advantage ---- */
+
+void *mrl__obj_buffer(lua_State *L, int64_t count, size_t elem) {
+  if (count < 0 || (uint64_t)count > (SIZE_MAX / 2) / elem)
+    luaL_error(L, "%I elements is too many", (lua_Integer)count);
+  luaL_checkstack(L, 2, "too many arrays");
+  size_t size = count > 0 ? (size_t)count * elem : 1;
+  void *p = lua_newuserdatauv(L, size, 0);
+  memset(p, 0, size);
+  return p;
+}
+
+/* Pushes "a, b, c" of a NULL-terminated list ("none" when empty). */
+static const char *push_names(lua_State *L, const char *const *names) {
+  luaL_Buffer b;
+  luaL_buffinit(L, &b);
+  for (const char *const *k = names; *k; k++) {
+    if (k != names) luaL_addstring(&b, ", ");
+    luaL_addstring(&b, *k);
+  }
+  if (!*names) luaL_addstring(&b, "none");
+  luaL_pushresult(&b);
+  return lua_tostring(L, -1);
+}
+
+void mrl__obj_check_keys(lua_State *L, int idx, const char *what, const char *const *allowed) {
+  idx = lua_absindex(L, idx);
+  lua_pushnil(L);
+  while (lua_next(L, idx)) {
+    lua_pop(L, 1);
+    bool ok = false;
+    if (lua_type(L, -1) == LUA_TSTRING)
+      for (const char *const *k = allowed; *k && !ok; k++)
+        ok = strcmp(*k, lua_tostring(L, -1)) == 0;
+    if (!ok) {
+      const char *name = luaL_tolstring(L, -1, NULL), *expected = push_names(L, allowed);
+      luaL_argerror(L, idx,
+                    lua_pushfstring(L, "unknown %s '%s' (expected: %s)", what, name, expected));
+    }
+  }
+}
+
+mrl__idmap mrl__obj_idmap(lua_State *L, bool keep_values) {
+  luaL_checkstack(L, 2, "too many arrays");
+  mrl__idmap m = {0, 0, 0};
+  lua_newtable(L);
+  m.map = lua_gettop(L);
+  if (keep_values) {
+    lua_newtable(L);
+    m.values = lua_gettop(L);
+  }
+  return m;
+}
+
+int64_t mrl__obj_take_id(lua_State *L, mrl__idmap *m, int arg, const char *what, int64_t i) {
+  int t = lua_type(L, -1);
+  if ((t != LUA_TNUMBER && t != LUA_TSTRING) || (t == LUA_TNUMBER && isnan(lua_tonumber(L, -1))))
+    luaL_argerror(L, arg, lua_pushfstring(L, "%s[%I]: id (a number or a string) expected, got %s",
+                                          what, (lua_Integer)i, luaL_typename(L, -1)));
+  lua_pushvalue(L, -1);
+  if (lua_rawget(L, m->map) == LUA_TNUMBER) {
+    int64_t id = (int64_t)lua_tointeger(L, -1);
+    lua_pop(L, 2);
+    return id;
+  }
+  lua_pop(L, 1);
+  int64_t id = m->count++;
+  if (m->values) {
+    lua_pushvalue(L, -1);
+    lua_rawseti(L, m->values, (lua_Integer)id + 1);
+  }
+  lua_pushinteger(L, (lua_Integer)id);
+  lua_rawset(L, m->map);
+  return id;
+}
+
+void mrl__obj_push_doubles(lua_State *L, const double *x, int64_t n) {
+  lua_createtable(L, n < INT32_MAX ? (int)n : 0, 0);
+  for (int64_t i = 0; i < n; i++) {
+    lua_pushnumber(L, x[i]);
+    lua_rawseti(L, -2, (lua_Integer)i + 1);
+  }
+}
+
+int mrl__obj_option(lua_State *L, int arg, const char *key, const char *value,
+                    const char *const *names) {
+  for (int i = 0; names[i]; i++)
+    if (strcmp(names[i], value) == 0) return i;
+  const char *choices = push_names(L, names);
+  return luaL_argerror(L, arg, lua_pushfstring(L, "%s: unknown value '%s' (expected one of: %s)",
+                                               key, value, choices));
+}
+
+const char *const mrl__obj_agg_names[] = {"token-mean",          "seq-mean-token-sum",
+                                          "seq-mean-token-mean", "seq-mean-token-sum-norm",
+                                          "oat-drgrpo",          NULL};
+const char *const mrl__obj_kl_names[] = {"k1", "abs", "k2", "k3", "k1+", "k3+", NULL};
+
 /* ---- argument helpers ---- */
 
-/* Scratch memory owned by a userdata left on the stack (freed by the GC, also on errors). */
-static void *scratch(lua_State *L, int64_t count, size_t elem) {
-  size_t n = (size_t)(count > 0 ? count : 1) * elem;
-  void *p = lua_newuserdatauv(L, n, 0);
-  memset(p, 0, n);
-  return p;
+static bool opt_boolean(lua_State *L, int idx, const char *key, bool dflt) {
+  int type = lua_getfield(L, idx, key);
+  if (type != LUA_TNIL && type != LUA_TBOOLEAN)
+    luaL_argerror(L, idx, lua_pushfstring(L, "%s: boolean expected, got %s", key,
+                                          luaL_typename(L, -1)));
+  bool v = type == LUA_TNIL ? dflt : lua_toboolean(L, -1);
+  lua_pop(L, 1);
+  return v;
 }
 
 /* A list field of n numbers (n < 0: any length, written to *len). */
@@ -29,7 +130,7 @@ static double *num_list(lua_State *L, int opts, const char *key, int64_t *len, b
   int64_t n = (int64_t)luaL_len(L, list);
   if (*len >= 0 && n != *len)
     luaL_argerror(L, opts, lua_pushfstring(L, "%s: %d values expected, got %d", key, (int)*len, (int)n));
-  double *out = scratch(L, n, sizeof(double));
+  double *out = mrl__obj_buffer(L, n, sizeof(double));
   for (int64_t i = 0; i < n; i++) {
     lua_geti(L, list, i + 1);
     int ok;
@@ -43,46 +144,35 @@ static double *num_list(lua_State *L, int opts, const char *key, int64_t *len, b
   return out;
 }
 
-/* A list field of n ids (numbers or strings, compared for equality) as dense int64 labels. */
-static int64_t *id_list(lua_State *L, int opts, const char *key, int64_t n) {
-  if (lua_getfield(L, opts, key) != LUA_TTABLE)
-    luaL_argerror(L, opts, lua_pushfstring(L, "%s: a list of ids expected", key));
+/* A list field of n ids as dense int64 labels (NULL when absent and not required). */
+static int64_t *id_list(lua_State *L, int opts, const char *key, int64_t n, bool required) {
+  if (lua_getfield(L, opts, key) != LUA_TTABLE) {
+    lua_pop(L, 1);
+    if (required) luaL_argerror(L, opts, lua_pushfstring(L, "%s: a list of ids expected", key));
+    return NULL;
+  }
   int list = lua_gettop(L);
   if ((int64_t)luaL_len(L, list) != n)
     luaL_argerror(L, opts, lua_pushfstring(L, "%s: %d ids expected", key, (int)n));
-  int64_t *out = scratch(L, n, sizeof(int64_t));
-  lua_newtable(L); /* id -> label */
-  int seen = lua_gettop(L);
-  int64_t next = 0;
+  int64_t *out = mrl__obj_buffer(L, n, sizeof(int64_t));
+  mrl__idmap m = mrl__obj_idmap(L, false);
   for (int64_t i = 0; i < n; i++) {
-    int type = lua_geti(L, list, i + 1);
-    if (type != LUA_TNUMBER && type != LUA_TSTRING)
-      luaL_argerror(L, opts, lua_pushfstring(L, "%s[%d]: a number or string expected", key, (int)i + 1));
-    lua_pushvalue(L, -1);
-    if (lua_rawget(L, seen) == LUA_TNUMBER) {
-      out[i] = lua_tointeger(L, -1);
-      lua_pop(L, 2);
-    } else {
-      lua_pop(L, 1);
-      out[i] = next;
-      lua_pushinteger(L, next++);
-      lua_rawset(L, seen);
-    }
+    lua_geti(L, list, i + 1);
+    out[i] = mrl__obj_take_id(L, &m, opts, key, i + 1);
   }
-  lua_pop(L, 1);
+  lua_pop(L, 1); /* the map */
   lua_replace(L, list);
   return out;
 }
 
-static void push_list(lua_State *L, const double *v, int64_t n) {
-  lua_createtable(L, (int)n, 0);
-  for (int64_t i = 0; i < n; i++) {
-    lua_pushnumber(L, v[i]);
-    lua_rawseti(L, -2, i + 1);
-  }
-}
-
 static int raise(lua_State *L, mrl_status st) { return mrl__lua_raise(L, mrl__lua_engine(L), st, 1); }
+
+/* Starts a call: one options table whose keys are all in `keys`. */
+static void start(lua_State *L, const char *const *keys) {
+  luaL_checktype(L, 1, LUA_TTABLE);
+  luaL_checkstack(L, 48, "objective");
+  mrl__obj_check_keys(L, 1, "option", keys);
+}
 
 /* ---- per-row advantages ---- */
 
@@ -101,12 +191,14 @@ static const struct {
                        {"reinforce_plus_plus", MRL_ADV_GRPO, 1}};
 
 /* rl.objective.advantage{method =, scores = {...}, groups = {...} [, counts = {...}, epsilon =,
- * norm_by_std =, f_norm =]} -> {a1, a2, ...}: the outcome estimator's advantage of each row (an
- * episode), which every sampled token of the row gets. counts: the row's sampled-token count
- * (OPO's lengths and REINFORCE++'s token-weighted whitening; default 1 each). */
+ * norm_by_std =, f_norm =, singleton_zero = false]} -> {a1, a2, ...}: the outcome estimator's
+ * advantage of each row (an episode), which every sampled token of the row gets. counts: the
+ * row's sampled-token count (OPO's lengths and REINFORCE++'s token-weighted whitening; default 1
+ * each). singleton_zero: RLOO gives a group of one 0 instead of its score. */
 static int l_advantage(lua_State *L) {
-  luaL_checktype(L, 1, LUA_TTABLE);
-  luaL_checkstack(L, 48, "objective");
+  static const char *const keys[] = {"method", "scores", "groups", "counts", "epsilon",
+                                     "norm_by_std", "f_norm", "singleton_zero", NULL};
+  start(L, keys);
   const char *method = mrl__lua_opt_string(L, 1, "method", "grpo");
   size_t k = 0, n_methods = sizeof outcome_methods / sizeof outcome_methods[0];
   while (k < n_methods && strcmp(outcome_methods[k].name, method) != 0) k++;
@@ -117,7 +209,7 @@ static int l_advantage(lua_State *L) {
                                                "reinforce_plus_plus)", method));
   int64_t rows = -1;
   double *scores = num_list(L, 1, "scores", &rows, true);
-  int64_t *groups = id_list(L, 1, "groups", rows);
+  int64_t *groups = id_list(L, 1, "groups", rows, true);
   int64_t crow = rows;
   double *counts = num_list(L, 1, "counts", &crow, false);
   int64_t cols = 1;
@@ -131,10 +223,11 @@ static int l_advantage(lua_State *L) {
   o.epsilon = mrl__lua_opt_number(L, 1, "epsilon", o.epsilon);
   o.f_norm = mrl__lua_opt_number(L, 1, "f_norm", o.f_norm);
   o.norm_by_std = (int)mrl__lua_opt_number(L, 1, "norm_by_std", outcome_methods[k].norm_by_std);
-  float *rewards = scratch(L, rows * cols, sizeof(float));
-  float *mask = scratch(L, rows * cols, sizeof(float));
-  float *adv = scratch(L, rows * cols, sizeof(float));
-  double *out = scratch(L, rows, sizeof(double));
+  o.singleton_zero = opt_boolean(L, 1, "singleton_zero", false);
+  float *rewards = mrl__obj_buffer(L, rows * cols, sizeof(float));
+  float *mask = mrl__obj_buffer(L, rows * cols, sizeof(float));
+  float *adv = mrl__obj_buffer(L, rows * cols, sizeof(float));
+  double *out = mrl__obj_buffer(L, rows, sizeof(double));
   for (int64_t i = 0; i < rows; i++) {
     int64_t c = counts ? (int64_t)counts[i] : 1;
     rewards[i * cols] = (float)scores[i];
@@ -144,7 +237,7 @@ static int l_advantage(lua_State *L) {
   if (strcmp(method, "reinforce_plus_plus") == 0) {
     /* the score on the row's last sampled token; gamma 1: every sampled token's return is the
      * score, whitened over all sampled tokens of the batch (groups play no part) */
-    float *returns = scratch(L, rows * cols, sizeof(float));
+    float *returns = mrl__obj_buffer(L, rows * cols, sizeof(float));
     for (int64_t i = 0; i < rows; i++) {
       int64_t c = counts ? (int64_t)counts[i] : 1;
       rewards[i * cols] = 0.0f;
@@ -156,7 +249,7 @@ static int l_advantage(lua_State *L) {
       int64_t c = counts ? (int64_t)counts[i] : 1;
       out[i] = c > 0 ? adv[i * cols] : 0.0;
     }
-    push_list(L, out, rows);
+    mrl__obj_push_doubles(L, out, rows);
     return 1;
   }
   st = mrl_outcome_advantage(mrl__lua_engine(L), outcome_methods[k].kind, &o, rewards, mask,
@@ -164,77 +257,92 @@ static int l_advantage(lua_State *L) {
   if (st) return raise(L, st);
   /* a row without sampled tokens has adv 0 everywhere; the estimator's value is what it would get */
   for (int64_t i = 0; i < rows; i++) out[i] = adv[i * cols];
-  push_list(L, out, rows);
+  mrl__obj_push_doubles(L, out, rows);
   return 1;
 }
 
-/* rl.objective.step_returns{rewards = {...}, traj = {...} [, gamma = 1]} -> discounted returns of
- * each row (a turn) within its trajectory, rows in order. */
+/* rl.objective.step_returns{rewards = {...}, traj = {...} [, env_step = {...}, gamma = 1]} ->
+ * discounted returns of each row (a turn) within its trajectory, rows in order. Rows of one
+ * trajectory with equal env_step ids are one environment step: they share its return. */
 static int l_step_returns(lua_State *L) {
-  luaL_checktype(L, 1, LUA_TTABLE);
-  luaL_checkstack(L, 48, "objective");
+  static const char *const keys[] = {"rewards", "traj", "env_step", "gamma", NULL};
+  start(L, keys);
   int64_t n = -1;
   double *rewards = num_list(L, 1, "rewards", &n, true);
-  int64_t *traj = id_list(L, 1, "traj", n);
+  int64_t *traj = id_list(L, 1, "traj", n, true);
+  int64_t *env_step = id_list(L, 1, "env_step", n, false);
   double gamma = mrl__lua_opt_number(L, 1, "gamma", 1.0);
-  double *out = scratch(L, n, sizeof(double));
-  mrl_status st = mrl_step_returns(mrl__lua_engine(L), rewards, traj, NULL, n, gamma, out);
+  double *out = mrl__obj_buffer(L, n, sizeof(double));
+  mrl_status st = mrl_step_returns(mrl__lua_engine(L), rewards, traj, env_step, n, gamma, out);
   if (st) return raise(L, st);
-  push_list(L, out, n);
+  mrl__obj_push_doubles(L, out, n);
   return 1;
 }
 
 /* rl.objective.gigpo{scores = {...}, step_rewards = {...}, groups = {...}, anchors = {...}
- * [, step_weight = 1, mode = "mean" | "mean_std", epsilon =]} -> adv, episode_adv, step_adv:
- * per row (a turn): the episode's score normalised in its prompt group plus the weighted step
- * return normalised among the group's turns that acted on the same state (anchor). */
+ * [, step_weight = 1, mode = "mean" | "mean_std", epsilon =, traj = {...}, dedup_traj = false]}
+ * -> adv, episode_adv, step_adv: per row (a turn): the episode's score normalised in its prompt
+ * group plus the weighted step return normalised among the group's turns that acted on the same
+ * state (anchor). dedup_traj: the episode statistics count one row per trajectory (traj). */
 static int l_gigpo(lua_State *L) {
-  luaL_checktype(L, 1, LUA_TTABLE);
-  luaL_checkstack(L, 48, "objective");
+  static const char *const keys[] = {"scores", "step_rewards", "groups", "anchors", "step_weight",
+                                     "mode", "epsilon", "traj", "dedup_traj", NULL};
+  start(L, keys);
   int64_t rows = -1;
   double *scores = num_list(L, 1, "scores", &rows, true);
   double *step_rewards = num_list(L, 1, "step_rewards", &rows, true);
-  int64_t *groups = id_list(L, 1, "groups", rows);
-  int64_t *anchors = id_list(L, 1, "anchors", rows);
+  int64_t *groups = id_list(L, 1, "groups", rows, true);
+  int64_t *anchors = id_list(L, 1, "anchors", rows, true);
+  int64_t *traj = id_list(L, 1, "traj", rows, false);
   mrl_gigpo_opts o;
   mrl_gigpo_defaults(&o);
   o.step_weight = mrl__lua_opt_number(L, 1, "step_weight", o.step_weight);
   o.epsilon = mrl__lua_opt_number(L, 1, "epsilon", o.epsilon);
-  const char *mode = mrl__lua_opt_string(L, 1, "mode", "mean");
-  if (strcmp(mode, "mean") == 0) o.mode = MRL_NORM_MEAN;
-  else if (strcmp(mode, "mean_std") == 0) o.mode = MRL_NORM_MEAN_STD;
-  else return luaL_argerror(L, 1, "mode: \"mean\" or \"mean_std\" expected");
-  float *rewards = scratch(L, rows, sizeof(float)), *mask = scratch(L, rows, sizeof(float));
-  float *adv = scratch(L, rows, sizeof(float)), *ea = scratch(L, rows, sizeof(float));
-  float *sa = scratch(L, rows, sizeof(float));
+  o.dedup_traj = opt_boolean(L, 1, "dedup_traj", false);
+  if (o.dedup_traj && !traj) return luaL_argerror(L, 1, "traj: needed with dedup_traj");
+  static const char *const modes[] = {"mean", "mean_std", NULL};
+  o.mode = mrl__obj_option(L, 1, "mode", mrl__lua_opt_string(L, 1, "mode", "mean"), modes) == 0
+               ? MRL_NORM_MEAN
+               : MRL_NORM_MEAN_STD;
+  float *rewards = mrl__obj_buffer(L, rows, sizeof(float));
+  float *mask = mrl__obj_buffer(L, rows, sizeof(float));
+  float *adv = mrl__obj_buffer(L, rows, sizeof(float));
+  float *ea = mrl__obj_buffer(L, rows, sizeof(float));
+  float *sa = mrl__obj_buffer(L, rows, sizeof(float));
   for (int64_t i = 0; i < rows; i++) {
     rewards[i] = (float)scores[i];
     mask[i] = 1.0f;
   }
-  mrl_status st = mrl_gigpo(mrl__lua_engine(L), &o, rewards, step_rewards, mask, groups, NULL,
+  mrl_status st = mrl_gigpo(mrl__lua_engine(L), &o, rewards, step_rewards, mask, groups, traj,
                             anchors, rows, 1, adv, ea, sa, NULL);
   if (st) return raise(L, st);
-  double *d = scratch(L, rows, sizeof(double));
+  double *d = mrl__obj_buffer(L, rows, sizeof(double));
   const float *src[3] = {adv, ea, sa};
   for (int k = 0; k < 3; k++) {
     for (int64_t i = 0; i < rows; i++) d[i] = src[k][i];
-    push_list(L, d, rows);
+    mrl__obj_push_doubles(L, d, rows);
     lua_insert(L, -2); /* keep d on top */
   }
   lua_pop(L, 1);
   return 3;
 }
 
+/* The flat mask tensor of an options table: a contiguous 1-D tensor. */
+static mrl_tensor *flat_mask(lua_State *L, int opts) {
+  lua_getfield(L, opts, "mask");
+  mrl_tensor *mt = mrl__lua_check_tensor(L, -1, "mask");
+  lua_pop(L, 1); /* the options table keeps it alive */
+  if (mrl_tensor_rank(mt) != 1 || !mrl_tensor_is_contiguous(mt))
+    luaL_argerror(L, opts, "mask: a contiguous 1-D tensor expected");
+  return mt;
+}
+
 /* rl.objective.broadcast{values = {...}, mask =, offsets =} -> a flat tensor like mask holding
  * values[i] at episode i's mask-1 tokens and 0 elsewhere (an episode's advantage on its tokens). */
 static int l_broadcast(lua_State *L) {
-  luaL_checktype(L, 1, LUA_TTABLE);
-  luaL_checkstack(L, 48, "objective");
-  lua_getfield(L, 1, "mask");
-  mrl_tensor *mt = mrl__lua_check_tensor(L, -1, "mask");
-  lua_pop(L, 1);
-  if (mrl_tensor_rank(mt) != 1 || !mrl_tensor_is_contiguous(mt))
-    return luaL_argerror(L, 1, "mask: a contiguous 1-D tensor expected");
+  static const char *const keys[] = {"values", "mask", "offsets", NULL};
+  start(L, keys);
+  mrl_tensor *mt = flat_mask(L, 1);
   int64_t total = mrl_tensor_numel(mt);
   const float *mask = mrl_tensor_data(mt);
   int64_t n = -1;
@@ -281,11 +389,7 @@ static float *flat_tensor(lua_State *L, int opts, const char *key, int64_t total
 static packed pack(lua_State *L, int opts) {
   packed p;
   memset(&p, 0, sizeof p);
-  lua_getfield(L, opts, "mask");
-  mrl_tensor *mt = mrl__lua_check_tensor(L, -1, "mask");
-  if (mrl_tensor_rank(mt) != 1 || !mrl_tensor_is_contiguous(mt))
-    luaL_argerror(L, opts, "mask: a contiguous 1-D tensor expected");
-  lua_pop(L, 1);
+  mrl_tensor *mt = flat_mask(L, opts);
   p.total = mrl_tensor_numel(mt);
   const float *mask = mrl_tensor_data(mt);
   if (lua_getfield(L, opts, "offsets") != LUA_TTABLE) luaL_argerror(L, opts, "offsets: a list expected");
@@ -295,7 +399,7 @@ static packed pack(lua_State *L, int opts) {
   int64_t n_off = (int64_t)luaL_len(L, offsets);
   p.rows = (int64_t)luaL_len(L, eps);
   if (p.rows < 1) luaL_argerror(L, opts, "episodes: at least one expected");
-  int64_t *range = scratch(L, 2 * p.rows, sizeof(int64_t));
+  int64_t *range = mrl__obj_buffer(L, 2 * p.rows, sizeof(int64_t));
   p.cols = 1;
   for (int64_t i = 0; i < p.rows; i++) {
     lua_geti(L, eps, i + 1);
@@ -321,8 +425,8 @@ static packed pack(lua_State *L, int opts) {
     range[2 * i + 1] = b;
   }
   int64_t cells = p.rows * p.cols;
-  p.pos = scratch(L, cells, sizeof(int64_t));
-  p.mask = scratch(L, cells, sizeof(float));
+  p.pos = mrl__obj_buffer(L, cells, sizeof(int64_t));
+  p.mask = mrl__obj_buffer(L, cells, sizeof(float));
   for (int64_t c = 0; c < cells; c++) p.pos[c] = -1;
   for (int64_t i = 0; i < p.rows; i++) {
     int64_t c = i * p.cols;
@@ -338,7 +442,7 @@ static packed pack(lua_State *L, int opts) {
 }
 
 static float *gather(lua_State *L, const packed *p, const float *flat) {
-  float *out = scratch(L, p->rows * p->cols, sizeof(float));
+  float *out = mrl__obj_buffer(L, p->rows * p->cols, sizeof(float));
   for (int64_t c = 0; c < p->rows * p->cols; c++) out[c] = p->pos[c] >= 0 ? flat[p->pos[c]] : 0.0f;
   return out;
 }
@@ -361,16 +465,10 @@ static const struct {
   mrl_pg_kind kind;
 } pg_kinds[] = {{"ppo", MRL_PG_PPO},   {"gspo", MRL_PG_GSPO}, {"cispo", MRL_PG_CISPO},
                 {"sapo", MRL_PG_SAPO}, {"gpg", MRL_PG_GPG},   {"gmpo", MRL_PG_GMPO}};
-static const char *const agg_names[] = {"token-mean", "seq-mean-token-sum", "seq-mean-token-mean",
-                                        "seq-mean-token-sum-norm", "oat-drgrpo", NULL};
-static const char *const kl_names[] = {"k1", "abs", "k2", "k3", "k1+", "k3+", NULL};
 
 static int find_name(lua_State *L, int opts, const char *key, const char *const *names,
                      const char *dflt) {
-  const char *v = mrl__lua_opt_string(L, opts, key, dflt);
-  for (int i = 0; names[i]; i++)
-    if (strcmp(names[i], v) == 0) return i;
-  return luaL_argerror(L, opts, lua_pushfstring(L, "%s: unknown value '%s'", key, v));
+  return mrl__obj_option(L, opts, key, mrl__lua_opt_string(L, opts, key, dflt), names);
 }
 
 static void set_num(lua_State *L, const char *key, double v) {
@@ -380,19 +478,28 @@ static void set_num(lua_State *L, const char *key, double v) {
 
 /* rl.objective.loss{logp =, old_logp =, adv =, mask = (flat tensors), offsets =, episodes =
  * [, kind = "ppo", agg = "token-mean", agg_norm =, clip_low =, clip_high =, clip_c =, tau_pos =,
- * tau_neg =, ref_logp =, kl = "k3", kl_coef = 0, entropy =, entropy_coef = 0]}
+ * tau_neg =, is_weights =, ref_logp =, kl = "k3", kl_coef = 0, entropy =, entropy_coef = 0,
+ * details = false]}
  * -> stats, dlogp [, dentropy]: the policy loss (plus coef * KL to the reference and minus
- * coef * entropy) over the listed episodes' sampled tokens, each episode one row; stats has
- * loss, pg_loss, clipfrac, clipfrac_lower, ppo_kl, kl, entropy, tokens; dlogp and dentropy are
- * flat tensors of d loss / d logp (entropy) for m:backward_batch. */
+ * coef * entropy) over the listed episodes' sampled tokens, each episode one row; is_weights
+ * (flat) multiply each token's policy loss; stats has loss, pg_loss, clipfrac, clipfrac_lower,
+ * ppo_kl, kl, entropy, tokens; dlogp and dentropy are flat tensors of d loss / d logp (entropy)
+ * for m:backward_batch. With details, stats also has pg_losses (a flat tensor of each sampled
+ * token's policy loss before aggregation; not for gmpo) and, one value per listed episode,
+ * seq_ratio (gspo, gmpo) and seq_adv (gmpo). */
 static int l_loss(lua_State *L) {
-  luaL_checktype(L, 1, LUA_TTABLE);
-  luaL_checkstack(L, 48, "objective");
+  static const char *const keys[] = {
+      "logp",    "old_logp",  "adv",        "mask",    "offsets",  "episodes", "kind",
+      "agg",     "agg_norm",  "clip_low",   "clip_high", "clip_c", "tau_pos",  "tau_neg",
+      "is_weights", "ref_logp", "kl",       "kl_coef", "entropy",  "entropy_coef", "details",
+      NULL};
+  start(L, keys);
   mrl_engine *e = mrl__lua_engine(L);
   packed p = pack(L, 1);
   const float *f_logp = flat_tensor(L, 1, "logp", p.total, true);
   const float *f_old = flat_tensor(L, 1, "old_logp", p.total, true);
   const float *f_adv = flat_tensor(L, 1, "adv", p.total, true);
+  const float *f_isw = flat_tensor(L, 1, "is_weights", p.total, false);
   const float *f_ref = flat_tensor(L, 1, "ref_logp", p.total, false);
   const float *f_ent = flat_tensor(L, 1, "entropy", p.total, false);
   const char *kind_name = mrl__lua_opt_string(L, 1, "kind", "ppo");
@@ -401,27 +508,34 @@ static int l_loss(lua_State *L) {
   if (k == n_kinds)
     return luaL_argerror(L, 1, lua_pushfstring(L, "kind: unknown policy loss '%s' (ppo, gspo, "
                                                "cispo, sapo, gpg, gmpo)", kind_name));
+  mrl_pg_kind kind = pg_kinds[k].kind;
   mrl_pg_opts o;
-  mrl_pg_defaults(pg_kinds[k].kind, &o);
-  o.agg = (mrl_loss_agg)find_name(L, 1, "agg", agg_names, agg_names[o.agg]);
+  mrl_pg_defaults(kind, &o);
+  o.agg = (mrl_loss_agg)find_name(L, 1, "agg", mrl__obj_agg_names, mrl__obj_agg_names[o.agg]);
   o.agg_norm = mrl__lua_opt_number(L, 1, "agg_norm", o.agg_norm);
   o.clip_low = mrl__lua_opt_number(L, 1, "clip_low", o.clip_low);
   o.clip_high = mrl__lua_opt_number(L, 1, "clip_high", o.clip_high);
   o.clip_c = mrl__lua_opt_number(L, 1, "clip_c", o.clip_c);
   o.tau_pos = mrl__lua_opt_number(L, 1, "tau_pos", o.tau_pos);
   o.tau_neg = mrl__lua_opt_number(L, 1, "tau_neg", o.tau_neg);
-  mrl_kl_kind kl_kind = (mrl_kl_kind)find_name(L, 1, "kl", kl_names, "k3");
+  mrl_kl_kind kl_kind = (mrl_kl_kind)find_name(L, 1, "kl", mrl__obj_kl_names, "k3");
   double kl_coef = mrl__lua_opt_number(L, 1, "kl_coef", 0.0);
   double ent_coef = mrl__lua_opt_number(L, 1, "entropy_coef", 0.0);
+  bool details = opt_boolean(L, 1, "details", false);
   if (kl_coef != 0.0 && !f_ref) return luaL_argerror(L, 1, "ref_logp: needed when kl_coef is set");
   if (ent_coef != 0.0 && !f_ent) return luaL_argerror(L, 1, "entropy: needed when entropy_coef is set");
 
   int64_t cells = p.rows * p.cols;
   float *logp = gather(L, &p, f_logp), *old = gather(L, &p, f_old), *adv = gather(L, &p, f_adv);
-  float *dlogp = scratch(L, cells, sizeof(float));
+  float *isw = f_isw ? gather(L, &p, f_isw) : NULL;
+  float *dlogp = mrl__obj_buffer(L, cells, sizeof(float));
+  float *tl = details && kind != MRL_PG_GMPO ? mrl__obj_buffer(L, cells, sizeof(float)) : NULL;
+  bool seq = details && (kind == MRL_PG_GSPO || kind == MRL_PG_GMPO);
+  double *ratio = seq ? mrl__obj_buffer(L, p.rows, sizeof(double)) : NULL;
+  double *sadv = seq && kind == MRL_PG_GMPO ? mrl__obj_buffer(L, p.rows, sizeof(double)) : NULL;
   mrl_pg_stats s;
-  mrl_status st = mrl_policy_loss(e, pg_kinds[k].kind, &o, logp, old, adv, p.mask, NULL, p.rows,
-                                  p.cols, &s, NULL, NULL, NULL, dlogp);
+  mrl_status st = mrl_policy_loss(e, kind, &o, logp, old, adv, p.mask, isw, p.rows, p.cols, &s, tl,
+                                  ratio, sadv, dlogp);
   if (st) return raise(L, st);
   double total = s.loss, kl_value = 0.0, kl_loss = 0.0, entropy = 0.0, ent_loss = 0.0;
   if (f_ref) {
@@ -440,7 +554,7 @@ static int l_loss(lua_State *L) {
     if ((st = mrl_agg_loss(e, o.agg, o.agg_norm, ent, p.mask, p.rows, p.cols, &entropy)))
       return raise(L, st);
     if (ent_coef != 0.0) {
-      dent = scratch(L, cells, sizeof(float));
+      dent = mrl__obj_buffer(L, cells, sizeof(float));
       if ((st = mrl_entropy_bonus(e, o.agg, o.agg_norm, ent_coef, ent, p.mask, p.rows, p.cols,
                                   &ent_loss, dent)))
         return raise(L, st);
@@ -449,7 +563,7 @@ static int l_loss(lua_State *L) {
   total += kl_loss + ent_loss;
   int64_t tokens = 0;
   for (int64_t c = 0; c < cells; c++) tokens += p.mask[c] != 0.0f;
-  lua_createtable(L, 0, 10);
+  lua_createtable(L, 0, 13);
   set_num(L, "loss", total);
   set_num(L, "pg_loss", s.loss);
   set_num(L, "clipfrac", s.clipfrac);
@@ -461,6 +575,18 @@ static int l_loss(lua_State *L) {
   set_num(L, "entropy_loss", ent_loss);
   lua_pushinteger(L, tokens);
   lua_setfield(L, -2, "tokens");
+  if (tl) {
+    push_scatter(L, &p, tl);
+    lua_setfield(L, -2, "pg_losses");
+  }
+  if (ratio) {
+    mrl__obj_push_doubles(L, ratio, p.rows);
+    lua_setfield(L, -2, "seq_ratio");
+  }
+  if (sadv) {
+    mrl__obj_push_doubles(L, sadv, p.rows);
+    lua_setfield(L, -2, "seq_adv");
+  }
   push_scatter(L, &p, dlogp);
   if (!dent) return 2;
   push_scatter(L, &p, dent);
@@ -470,21 +596,17 @@ static int l_loss(lua_State *L) {
 /* rl.objective.kl{logp =, ref_logp =, mask = (flat tensors) [, kind = "k3"]} -> a flat tensor of
  * the per-token KL estimate of logp against ref_logp where mask is 1 (0 elsewhere). */
 static int l_kl(lua_State *L) {
-  luaL_checktype(L, 1, LUA_TTABLE);
-  luaL_checkstack(L, 48, "objective");
-  lua_getfield(L, 1, "mask");
-  mrl_tensor *mt = mrl__lua_check_tensor(L, -1, "mask");
-  lua_pop(L, 1);
-  if (mrl_tensor_rank(mt) != 1 || !mrl_tensor_is_contiguous(mt))
-    return luaL_argerror(L, 1, "mask: a contiguous 1-D tensor expected");
+  static const char *const keys[] = {"logp", "ref_logp", "mask", "kind", NULL};
+  start(L, keys);
+  mrl_tensor *mt = flat_mask(L, 1);
   int64_t n = mrl_tensor_numel(mt);
   const float *mask = mrl_tensor_data(mt);
   const float *logp = flat_tensor(L, 1, "logp", n, true), *ref = flat_tensor(L, 1, "ref_logp", n, true);
-  mrl_kl_kind kind = (mrl_kl_kind)find_name(L, 1, "kind", kl_names, "k3");
-  float *kl = scratch(L, n, sizeof(float));
+  mrl_kl_kind kind = (mrl_kl_kind)find_name(L, 1, "kind", mrl__obj_kl_names, "k3");
+  float *kl = mrl__obj_buffer(L, n, sizeof(float));
   mrl_status st = mrl_kl(mrl__lua_engine(L), kind, logp, ref, n, kl, NULL);
   if (st) return raise(L, st);
-  packed p = {.rows = 1, .cols = n, .total = n, .pos = scratch(L, n, sizeof(int64_t))};
+  packed p = {.rows = 1, .cols = n, .total = n, .pos = mrl__obj_buffer(L, n, sizeof(int64_t))};
   for (int64_t i = 0; i < n; i++) {
     p.pos[i] = i;
     if (mask[i] == 0.0f) kl[i] = 0.0f;
@@ -500,8 +622,9 @@ static int l_kl(lua_State *L) {
  * sit on sampled tokens (a turn's reward on its last one). adv is whitened over every sampled
  * token listed; returns = unwhitened advantages + values, the critic's targets. */
 static int l_gae(lua_State *L) {
-  luaL_checktype(L, 1, LUA_TTABLE);
-  luaL_checkstack(L, 48, "objective");
+  static const char *const keys[] = {"rewards", "values", "mask", "offsets", "episodes", "gamma",
+                                     "lambda", NULL};
+  start(L, keys);
   packed p = pack(L, 1);
   const float *f_r = flat_tensor(L, 1, "rewards", p.total, true);
   const float *f_v = flat_tensor(L, 1, "values", p.total, true);
@@ -509,7 +632,8 @@ static int l_gae(lua_State *L) {
   double lambda = mrl__lua_opt_number(L, 1, "lambda", 1.0);
   int64_t cells = p.rows * p.cols;
   float *r = gather(L, &p, f_r), *v = gather(L, &p, f_v);
-  float *adv = scratch(L, cells, sizeof(float)), *ret = scratch(L, cells, sizeof(float));
+  float *adv = mrl__obj_buffer(L, cells, sizeof(float));
+  float *ret = mrl__obj_buffer(L, cells, sizeof(float));
   mrl_status st = mrl_gae(mrl__lua_engine(L), r, v, p.mask, p.rows, p.cols, gamma, lambda, adv,
                           ret);
   if (st) return raise(L, st);
@@ -523,19 +647,20 @@ static int l_gae(lua_State *L) {
  * clipped critic loss (spec 4.7) times coef over the listed episodes' sampled tokens; stats has
  * loss and clipfrac; dvalues is d loss / d values (flat) for m:backward_batch. */
 static int l_value_loss(lua_State *L) {
-  luaL_checktype(L, 1, LUA_TTABLE);
-  luaL_checkstack(L, 48, "objective");
+  static const char *const keys[] = {"values", "old_values", "returns", "mask", "offsets",
+                                     "episodes", "clip", "agg", "agg_norm", "coef", NULL};
+  start(L, keys);
   packed p = pack(L, 1);
   const float *f_v = flat_tensor(L, 1, "values", p.total, true);
   const float *f_old = flat_tensor(L, 1, "old_values", p.total, true);
   const float *f_ret = flat_tensor(L, 1, "returns", p.total, true);
-  mrl_loss_agg agg = (mrl_loss_agg)find_name(L, 1, "agg", agg_names, "token-mean");
+  mrl_loss_agg agg = (mrl_loss_agg)find_name(L, 1, "agg", mrl__obj_agg_names, "token-mean");
   double norm = mrl__lua_opt_number(L, 1, "agg_norm", 0.0);
   double clip = mrl__lua_opt_number(L, 1, "clip", 0.5);
   double coef = mrl__lua_opt_number(L, 1, "coef", 1.0);
   int64_t cells = p.rows * p.cols;
   float *v = gather(L, &p, f_v), *old = gather(L, &p, f_old), *ret = gather(L, &p, f_ret);
-  float *dv = scratch(L, cells, sizeof(float));
+  float *dv = mrl__obj_buffer(L, cells, sizeof(float));
   double loss = 0.0, clipfrac = 0.0;
   mrl_status st = mrl_value_loss(mrl__lua_engine(L), agg, norm, clip, v, old, ret, p.mask, p.rows,
                                  p.cols, &loss, &clipfrac, dv);
@@ -552,11 +677,11 @@ static int l_value_loss(lua_State *L) {
  * DAPO's soft overlong penalty of each response length (0 up to max_len - buffer, then linear
  * down to -factor at max_len; floored at -factor unless floor is false). */
 static int l_overlong(lua_State *L) {
-  luaL_checktype(L, 1, LUA_TTABLE);
-  luaL_checkstack(L, 48, "objective");
+  static const char *const keys[] = {"lengths", "max_len", "buffer", "factor", "floor", NULL};
+  start(L, keys);
   int64_t n = -1;
   double *len = num_list(L, 1, "lengths", &n, true);
-  int64_t *ilen = scratch(L, n, sizeof(int64_t));
+  int64_t *ilen = mrl__obj_buffer(L, n, sizeof(int64_t));
   for (int64_t i = 0; i < n; i++) ilen[i] = (int64_t)len[i];
   double max_len = mrl__lua_opt_number(L, 1, "max_len", -1);
   double buffer = mrl__lua_opt_number(L, 1, "buffer", -1);
@@ -564,11 +689,11 @@ static int l_overlong(lua_State *L) {
   lua_getfield(L, 1, "floor");
   int floor_it = lua_isnil(L, -1) ? 1 : lua_toboolean(L, -1);
   lua_pop(L, 1);
-  double *out = scratch(L, n, sizeof(double));
+  double *out = mrl__obj_buffer(L, n, sizeof(double));
   mrl_status st = mrl_overlong_penalty(mrl__lua_engine(L), ilen, n, (int64_t)max_len,
                                        (int64_t)buffer, factor, floor_it, out);
   if (st) return raise(L, st);
-  push_list(L, out, n);
+  mrl__obj_push_doubles(L, out, n);
   return 1;
 }
 

@@ -6,12 +6,17 @@
  * slower sgemm). Linking it normally would run that constructor before any of our code. Loading
  * it ourselves lets every host (the moonrl command, lua5.4, LuaJIT, an embedding C program) get
  * the right core type with no action from the user. The loaded library is process-wide state by
- * nature; it is written once under pthread_once and only read afterwards. */
+ * nature; it is written once under pthread_once and only read afterwards.
+ *
+ * MOONRL_BLAS names the library to load instead of libopenblas.so.0 (a file name or a path).
+ * When no library with cblas_sgemm loads, matmul uses the naive kernel below; that is said once
+ * per process on stderr, because it is many times slower, and mrl_blas_info reports it. */
 #define _POSIX_C_SOURCE 200809L
 #include "tensor_internal.h"
 
 #include <dlfcn.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -26,6 +31,7 @@ static struct {
   int (*get_num_threads)(void);
   void (*set_num_threads)(int);
   const char *source;
+  char config[384]; /* mrl_blas_info's config when the library has none to give */
 } blas;
 
 static pthread_once_t blas_once = PTHREAD_ONCE_INIT;
@@ -51,11 +57,27 @@ const char *mrl_blas_recommended_coretype(void) {
   return NULL;
 }
 
+/* No BLAS: the naive kernel runs; say why, once (blas_load runs once per process). */
+static void blas_missing(const char *why) {
+  snprintf(blas.config, sizeof blas.config, "naive reference kernel (no BLAS: %s)", why);
+  blas.source = "none";
+  blas.sgemm = NULL;
+  fprintf(stderr, "moonrl: %s; matrix products use the naive reference kernel, many times "
+                  "slower (install OpenBLAS, or set MOONRL_BLAS to its library)\n", why);
+}
+
 static void blas_load(void) {
   static const char *names[] = {"libopenblas.so.0", "libopenblas.so"};
+  const char *user_lib = getenv("MOONRL_BLAS");
+  const char *const *tried = names;
+  size_t count = sizeof names / sizeof *names;
+  if (user_lib && *user_lib) {
+    tried = &user_lib;
+    count = 1;
+  }
   void *h = NULL;
-  for (size_t i = 0; i < sizeof names / sizeof *names && !h; i++)
-    h = dlopen(names[i], RTLD_NOW | RTLD_LOCAL | RTLD_NOLOAD);
+  for (size_t i = 0; i < count && !h; i++)
+    h = dlopen(tried[i], RTLD_NOW | RTLD_LOCAL | RTLD_NOLOAD);
   if (h) {
     blas.source = "preloaded";
   } else {
@@ -69,11 +91,11 @@ static void blas_load(void) {
     } else {
       blas.source = "openblas";
     }
-    for (size_t i = 0; i < sizeof names / sizeof *names && !h; i++)
-      h = dlopen(names[i], RTLD_NOW | RTLD_LOCAL);
+    for (size_t i = 0; i < count && !h; i++) h = dlopen(tried[i], RTLD_NOW | RTLD_LOCAL);
   }
   if (!h) {
-    blas.source = "none";
+    const char *err = dlerror();
+    blas_missing(err ? err : tried[0]);
     return;
   }
   /* POSIX allows converting dlsym's object pointer to a function pointer; ISO C does not, so the
@@ -87,7 +109,13 @@ static void blas_load(void) {
   MRL_LOOKUP(get_num_threads, "openblas_get_num_threads")
   MRL_LOOKUP(set_num_threads, "openblas_set_num_threads")
 #undef MRL_LOOKUP
-  if (!blas.sgemm) blas.source = "none";
+  if (!blas.sgemm) {
+    char why[256];
+    snprintf(why, sizeof why, "%s has no cblas_sgemm", tried[0]);
+    blas_missing(why);
+    return;
+  }
+  snprintf(blas.config, sizeof blas.config, "%s (no openblas_get_config)", tried[0]);
 }
 
 mrl_sgemm_fn mrl__blas_sgemm(void) {
@@ -100,7 +128,7 @@ mrl_status mrl_blas_info(const char **core, int *threads, const char **config,
   bool have = mrl__blas_sgemm() != NULL;
   if (core) *core = have && blas.get_corename ? blas.get_corename() : "none";
   if (threads) *threads = have && blas.get_num_threads ? blas.get_num_threads() : 1;
-  if (config) *config = have && blas.get_config ? blas.get_config() : "portable C reference kernel";
+  if (config) *config = have && blas.get_config ? blas.get_config() : blas.config;
   if (source) *source = blas.source;
   return MRL_OK;
 }
