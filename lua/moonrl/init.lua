@@ -19,7 +19,8 @@ local rl = {
   env = require("moonrl.env"), -- the environment protocol
   parse = require("moonrl.parse"), -- tool-call and answer parsing (line and Hermes formats)
   batch = require("moonrl.batch"), -- trajectory batches: stats, select, concat, to_jsonl, load
-  train = require("moonrl.train").train, -- the RL trainer: rl.train{model=, env=, tokenizer=, ...}
+  train = require("moonrl.train"), -- the RL trainer: rl.train{model=, env=, tokenizer=, ...};
+                            -- its stages: rl.train.advantage.register(name, fn), rl.train.rollout, ...
   plot = require("moonrl.plot"), -- learning curves as SVG
   sft = require("moonrl.sft").sft, -- supervised fine-tuning with loss masks
   sft_example = require("moonrl.sft").example, -- {tokens=, mask=} from a chat conversation
