@@ -314,14 +314,21 @@ describe("rl.train", function()
     assert.is_true(v2[1][1] > 0)
   end)
 
+  -- The message rl.train raises for base options plus extra (small sizes, so that a version
+  -- that ignored a bad option would still end soon).
+  local function train_error(extra)
+    local dir = tmpdir()
+    local o = { model = model(), tokenizer = tok, env = guess, progress = false, dir = dir,
+      steps = 1, tasks_per_step = 1, group_size = 2, max_turn_tokens = 1, eval = false }
+    for k, v in pairs(extra) do o[k] = v end
+    local ok, msg = pcall(rl.train, o)
+    H.sh("rm -rf " .. H.shell_quote(dir))
+    assert.is_false(ok, "rl.train accepted the options")
+    return msg
+  end
+
   it("names bad options", function()
-    local function err(extra)
-      local o = { model = model(), tokenizer = tok, env = guess, progress = false }
-      for k, v in pairs(extra) do o[k] = v end
-      local ok, msg = pcall(rl.train, o)
-      assert.is_false(ok)
-      return msg
-    end
+    local err = train_error
     assert.matches("advantage: unknown estimator", err { advantage = "magic" })
     assert.matches("steps: a positive integer", err { steps = 0 })
     assert.matches("name: letters", err { name = "../x" })
@@ -333,10 +340,68 @@ describe("rl.train", function()
     assert.matches("tree: turn must be less than max_turns", err { tree = { turn = 4, k = 2 }, group_size = 4 })
     assert.matches("lam: a number in %[0, 1%]", err { advantage = "gae", lam = 1.5 })
     assert.matches("value_clip", err { advantage = "gae", value_clip = -1 })
-    assert.matches("fatal: true or", err { fatal = { threshold = 0 } })
+    assert.matches("fatal.threshold: a positive integer expected, got 0", err { fatal = { threshold = 0 } })
+    assert.matches("fatal: true or false or a table", err { fatal = "yes" })
     assert.matches("milestone.mode", err { advantage = "beacon", milestone = { mode = "x" } })
     local ok, msg = pcall(rl.train, { tokenizer = tok, env = guess })
     assert.is_false(ok)
     assert.matches("model", msg)
   end)
+
+  it("refuses unknown options, naming the nearest known one (top level and every table option)", function()
+    local function unknown(extra, want)
+      local msg = train_error(extra)
+      assert.truthy(msg:find(want, 1, true), msg)
+    end
+    unknown({ lr_rate = 1e-3 }, "train: unknown option 'lr_rate' (did you mean 'lr'?)")
+    unknown({ temprature = 0.7 }, "unknown option 'temprature' (did you mean 'temperature'?)")
+    unknown({ grop_size = 4 }, "unknown option 'grop_size' (did you mean 'group_size'?)")
+    unknown({ learning_rate = 1e-3 }, "unknown option 'learning_rate'")
+    assert.is_nil(train_error({ learning_rate = 1e-3 }):find("did you mean", 1, true))
+    unknown({ sft = { examples = 4, epoch = 1 } }, "unknown option 'sft.epoch' (did you mean 'sft.epochs'?)")
+    unknown({ eval = { evry = 2, tasks = 2 } }, "unknown option 'eval.evry' (did you mean 'eval.every'?)")
+    unknown({ tree = { turn = 1, k = 2, kk = 2 } }, "unknown option 'tree.kk' (did you mean 'tree.k'?)")
+    unknown({ advantage = "beacon", milestone = { gama = 0.9 } },
+      "unknown option 'milestone.gama' (did you mean 'milestone.gamma'?)")
+    unknown({ fatal = { treshold = 2 } }, "unknown option 'fatal.treshold' (did you mean 'fatal.threshold'?)")
+    unknown({ overlong = { max_len = 8, buffer = 2, factr = 1 } },
+      "unknown option 'overlong.factr' (did you mean 'overlong.factor'?)")
+    unknown({ rewards = { { name = "a", fn = function() return 0 end, weight = 2 } } },
+      "rewards[1]: unknown option 'weight'")
+    unknown({ advantage = "grpoo" }, "advantage: unknown estimator 'grpoo' (did you mean 'grpo'?)")
+  end)
+
+  it("checks the type of every option and raises at the caller's line", function()
+    local line
+    local ok, msg = pcall(function()
+      line = debug.getinfo(1, "l").currentline + 1
+      rl.train { model = 1, tokenizer = tok, env = guess, eval = false, steps = 1 }
+    end)
+    assert.is_false(ok)
+    assert.truthy(msg:find("train_spec.lua:" .. line .. ": train: model: an rl.model expected, got 1",
+      1, true), msg)
+    local err = train_error
+    assert.matches("tokenizer: an rl.tokenizer expected, got \"bytes\"", err { tokenizer = "bytes" })
+    assert.matches("tokenizer: an rl.tokenizer expected, got a moonrl.model", err { tokenizer = model() })
+    assert.matches("steps: a positive integer expected, got 1.5", err { steps = 1.5 })
+    assert.matches("lr: a non%-negative number expected, got \"0.1\"", err { lr = "0.1" })
+    assert.matches("temperature: a non%-negative number expected, got %-?nan", err { temperature = 0 / 0 })
+    assert.matches("on_step: a function expected, got 3", err { on_step = 3 })
+    assert.matches("eval: false or a table", err { eval = 5 })
+    assert.matches("sft: false or a table", err { sft = true })
+    assert.matches("sft.lr: a non%-negative number expected, got %-1", err { sft = { lr = -1 } })
+    assert.matches("resume: true or false or \"force\" expected, got \"yes\"", err { resume = "yes" })
+    assert.matches("loss: one of \"ppo\"", err { loss = "ppo2" })
+    assert.matches("kl: one of", err { kl = "k4" })
+    assert.matches("schedule: one of \"constant\", \"cosine\"", err { schedule = "linear" })
+    assert.matches("advantage: a registered estimator's name or a function", err { advantage = 3 })
+    assert.matches("rewards.a: a function%(episode%) %-> number expected, got 1", err { rewards = { a = 1 } })
+    assert.matches("rewards.mean: 'mean' is a built%-in term's name", err { rewards = { mean = function() return 0 end } })
+    assert.matches("tasks: a function%(ctx, step, n, seed%)", err { tasks = 4 })
+    assert.matches("checkpoint.load: a function expected %(it is required%)",
+      err { checkpoint = { save = function() end } })
+    assert.matches("overlong.buffer: a positive integer expected %(it is required%)", err { overlong = { max_len = 8 } })
+    assert.matches("sft: the environment letter has no oracle", err { env = letter_env, sft = { examples = 4 } })
+  end)
 end)
+

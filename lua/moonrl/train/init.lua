@@ -171,7 +171,8 @@ end
 
 -- rl.train{...}: see the top of this file.
 local function train(opts)
-  local c = options.check(opts)
+  local c, err = options.check(opts)
+  if not c then error("train: " .. err, 2) end -- at the recipe's line
   local ctx = context(c)
   if advantage.estimator(c).critic then ctx.value = critic.new(ctx.model:config().dim) end
   local state = c.resume and ctx.stages.checkpoint.load(ctx) or nil

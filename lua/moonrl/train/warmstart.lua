@@ -12,7 +12,7 @@ local M = {}
 function M.oracle_examples(ctx, n, seed)
   local c = ctx.cfg
   local env = c.env
-  assert(type(env.oracle) == "function", "train: sft needs env.oracle(task, rng)")
+  if type(env.oracle) ~= "function" then error("train: sft needs env.oracle(task, rng)", 2) end
   local tasks = env.tasks("train", n, seed)
   local out = {}
   for i, task in ipairs(tasks) do
@@ -36,16 +36,16 @@ function M.oracle_examples(ctx, n, seed)
   return out
 end
 
--- Runs the warm start; returns {examples =, steps =, final_loss =, seconds =} for the state.
+-- Runs the warm start (cfg.sft, its defaults filled in by moonrl.train.options); returns {examples =, steps =, final_loss =, seconds =} for the state.
 -- Leaves the optimizer reset for RL.
 function M.run(ctx)
   local c, m = ctx.cfg, ctx.model
   local t0 = core.clock()
   local s = c.sft
-  local data = M.oracle_examples(ctx, s.examples or 256, mix(c.seed, 0xF7))
-  local r = sftlib.sft { model = m, data = data, epochs = s.epochs or 2,
-    batch_size = s.batch_size or 16, lr = s.lr or 1e-3, schedule = s.schedule or "cosine",
-    warmup = s.warmup or 0, seed = mix(c.seed, 0x5F7), weight_decay = s.weight_decay or 0 }
+  local data = M.oracle_examples(ctx, s.examples, mix(c.seed, 0xF7))
+  local r = sftlib.sft { model = m, data = data, epochs = s.epochs, batch_size = s.batch_size,
+    lr = s.lr, schedule = s.schedule, warmup = s.warmup, seed = mix(c.seed, 0x5F7),
+    weight_decay = s.weight_decay }
   m:reset_optimizer()
   return { examples = #data, steps = r.steps, final_loss = r.final_loss,
     seconds = core.clock() - t0 }
