@@ -47,6 +47,7 @@ local function learn(lr, dir, advantage)
     model = m, tokenizer = tok, env = letter_env, dir = dir, seed = 4, steps = 15,
     tasks_per_step = 4, group_size = 16, max_turn_tokens = 1, lr = lr, minibatch = 16,
     eval = false, progress = false, plot = false, advantage = advantage, value_lr = 1e-2,
+    overwrite = true, -- the second call (lr 0) replaces the first's run folder
   }
   local first = (r.history[2].success + r.history[3].success) / 2
   local last = (r.history[#r.history].success + r.history[#r.history - 1].success) / 2
@@ -402,6 +403,65 @@ describe("rl.train", function()
       err { checkpoint = { save = function() end } })
     assert.matches("overlong.buffer: a positive integer expected %(it is required%)", err { overlong = { max_len = 8 } })
     assert.matches("sft: the environment letter has no oracle", err { env = letter_env, sft = { examples = 4 } })
+  end)
+
+  -- A small run of the letter environment in dir/name.
+  local function letter_run(dir, extra)
+    local o = { model = rl.model.new { vocab = 264, dim = 32, layers = 1, heads = 2, ffn = 64, ctx = 32,
+      seed = 3 }, tokenizer = tok, env = letter_env, dir = dir, name = "again", seed = 4, steps = 3,
+      tasks_per_step = 2, group_size = 4, max_turn_tokens = 1, lr = 1e-2, eval = false, progress = false }
+    for k, v in pairs(extra or {}) do o[k] = v end
+    return rl.train(o)
+  end
+  local function slurp(path)
+    local f = io.open(path, "rb")
+    if not f then return nil end
+    local text = f:read("a")
+    f:close()
+    return text
+  end
+
+  it("never replaces an earlier run's files unless told to (overwrite = true)", function()
+    local dir = tmpdir()
+    letter_run(dir)
+    local run = dir .. "/again"
+    assert(io.open(run .. "/notes.txt", "w")):close() -- the user's own file
+    local names = { "state.json", "metrics.jsonl", "episodes.jsonl", "curve.svg", "checkpoint-000003.bin" }
+    local before = {}
+    for _, n in ipairs(names) do before[n] = assert(slurp(run .. "/" .. n), n) end
+    local function unchanged()
+      for _, n in ipairs(names) do assert.are.equal(before[n], slurp(run .. "/" .. n), n) end
+      assert.is_string(slurp(run .. "/notes.txt"))
+    end
+    -- a fresh run of the same name is refused, at the recipe's line, and touches nothing
+    local line
+    local ok, msg = pcall(function()
+      line = debug.getinfo(1, "l").currentline + 1
+      letter_run(dir, { seed = 5 })
+    end)
+    assert.is_false(ok)
+    assert.truthy(msg:find("train_spec.lua:" .. line .. ": train: " .. run .. " holds an earlier run", 1, true), msg)
+    assert.truthy(msg:find("overwrite = true", 1, true) and msg:find("resume = true", 1, true), msg)
+    assert.truthy(msg:find("state.json", 1, true), msg)
+    unchanged()
+    -- overwrite = true with an option that fails its check: still nothing touched
+    ok, msg = pcall(letter_run, dir, { seed = 5, overwrite = true, sft = { examples = 4 } })
+    assert.is_false(ok)
+    assert.matches("no oracle", msg)
+    unchanged()
+    -- resume = true on a finished run continues it (nothing left to do) and keeps its files
+    letter_run(dir, { resume = true })
+    unchanged()
+    -- overwrite = true replaces the run's files and leaves the user's
+    letter_run(dir, { seed = 5, steps = 2, overwrite = true })
+    local state = rl.json.decode(slurp(run .. "/state.json"))
+    assert.are.equal(2, state.step)
+    assert.are.equal("checkpoint-000002.bin", state.checkpoint)
+    assert.is_nil(slurp(run .. "/checkpoint-000003.bin"))
+    assert.are.equal(3, #read_lines(run .. "/metrics.jsonl"))
+    assert.are_not.equal(before["episodes.jsonl"], slurp(run .. "/episodes.jsonl"))
+    assert.is_string(slurp(run .. "/notes.txt"))
+    H.sh("rm -rf " .. H.shell_quote(dir))
   end)
 end)
 

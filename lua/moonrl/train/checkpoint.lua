@@ -34,17 +34,29 @@ local function rewrite_metrics(ctx)
   assert(core.fs.write(ctx.dir .. "/metrics.jsonl", table.concat(lines)))
 end
 
+-- state.json of the run in dir: the state, or nil when there is none, or nil and a message when
+-- it is not a trainer state.
+function M.read_state(dir)
+  local path = dir .. "/state.json"
+  local f = io.open(path, "r")
+  if not f then return nil end
+  local text = f:read("a")
+  f:close()
+  local state = text and json.decode(text)
+  if type(state) ~= "table" or type(state.checkpoint) ~= "string" or math.type(state.step) ~= "integer" then
+    return nil, path .. " is not a trainer state"
+  end
+  return state
+end
+
 -- The default load: the model from the checkpoint state.json names, the value head from
 -- state.json; returns the state, or nil when the run has no state.json.
 function M.load(ctx)
-  local f = io.open(ctx.dir .. "/state.json", "r")
-  if not f then return nil end
-  local state = json.decode(f:read("a"))
-  f:close()
-  if type(state) ~= "table" or type(state.checkpoint) ~= "string" then
-    error("train: " .. ctx.dir .. "/state.json is not a trainer state", 0)
-  end
-  local step, err = ctx.model:load_checkpoint(ctx.dir .. "/" .. state.checkpoint)
+  local state, err = M.read_state(ctx.dir)
+  if err then error("train: resume: " .. err, 0) end
+  if not state then return nil end
+  local step
+  step, err = ctx.model:load_checkpoint(ctx.dir .. "/" .. state.checkpoint)
   if not step then error("train: resume: " .. err, 0) end
   if step ~= state.step then error("train: resume: checkpoint and state.json disagree", 0) end
   if ctx.value then
@@ -58,20 +70,37 @@ function M.load(ctx)
   return state
 end
 
--- A fresh run replaces what an earlier run of the same name left.
-function M.clear(ctx)
-  local f = io.open(ctx.dir .. "/state.json", "r")
-  if f then
-    local old = json.decode(f:read("a"))
-    f:close()
-    if type(old) == "table" and type(old.checkpoint) == "string" then
-      os.remove(ctx.dir .. "/" .. old.checkpoint)
-    end
-    os.remove(ctx.dir .. "/state.json")
+-- ---------------------------------------------------------------- the run folder
+
+-- The files a run writes in its folder, besides the checkpoint state.json names.
+local RUN_FILES = { "state.json", "metrics.jsonl", "episodes.jsonl", "curve.svg",
+  "reference/config.json", "reference/model.safetensors" }
+
+local function exists(path)
+  local f = io.open(path, "r")
+  if f then f:close() end
+  return f ~= nil
+end
+
+-- The run files an earlier run left in dir (names relative to it); nothing else there is the
+-- trainer's.
+function M.leftovers(dir)
+  local found = {}
+  local state = M.read_state(dir)
+  if state and exists(dir .. "/" .. state.checkpoint) then found[#found + 1] = state.checkpoint end
+  for _, name in ipairs(RUN_FILES) do
+    if exists(dir .. "/" .. name) then found[#found + 1] = name end
   end
-  for _, name in ipairs { "metrics.jsonl", "episodes.jsonl", "curve.svg" } do
-    os.remove(ctx.dir .. "/" .. name)
+  return found
+end
+
+-- Removes what M.leftovers finds (overwrite = true); other files in dir stay.
+function M.clear(dir)
+  for _, name in ipairs(M.leftovers(dir)) do
+    local ok, err = os.remove(dir .. "/" .. name)
+    if not ok then error("train: overwrite: " .. err, 0) end
   end
+  os.remove(dir .. "/reference") -- the folder, when it is empty now
 end
 
 return M

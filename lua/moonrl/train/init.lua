@@ -98,14 +98,26 @@ local function context(c)
   local eval_eps = c.eval and c.eval.tasks * math.max(c.eval.k, 1) or 0
   ctx.ro = core.rollout.new { model = m, episodes = math.max(per_step, eval_eps),
     capacity = c.capacity or m:config().ctx }
+  if advantage.estimator(c).critic then ctx.value = critic.new(m:config().dim) end
   return ctx
+end
+
+-- Why a fresh run may not start in dir (an earlier run's files are there and the recipe did not
+-- say overwrite = true), or nil.
+local function refusal(c, dir)
+  local left = checkpoint.leftovers(dir)
+  if #left == 0 or c.overwrite then return nil end
+  return string.format("train: %s holds an earlier run (%s): pass overwrite = true to replace "
+    .. "it, or resume = true to continue it", dir, table.concat(left, ", "))
 end
 
 -- Step 0 of a fresh run: the SFT warm start, the frozen reference, the first evaluation and the
 -- first checkpoint.
 local function start_fresh(ctx)
   local c = ctx.cfg
-  checkpoint.clear(ctx)
+  local why = refusal(c, ctx.dir) -- (a checkpoint stage of the recipe's found nothing to resume)
+  if why then error(why, 0) end
+  if c.overwrite then checkpoint.clear(ctx.dir) end
   ctx.state = { history = {}, step = 0 }
   if c.sft then ctx.state.sft = warmstart.run(ctx) end
   if needs_reference(c) then
@@ -173,8 +185,20 @@ end
 local function train(opts)
   local c, err = options.check(opts)
   if not c then error("train: " .. err, 2) end -- at the recipe's line
+  local dir = c.dir .. "/" .. c.name
+  local resuming = false -- whether there is a run to resume (a recipe's checkpoint stage decides)
+  if c.resume and c.checkpoint then
+    resuming = true
+  elseif c.resume then
+    local state, serr = checkpoint.read_state(dir)
+    if serr then error("train: resume: " .. serr, 2) end
+    resuming = state ~= nil
+  end
+  if not resuming then
+    local why = refusal(c, dir)
+    if why then error(why, 2) end
+  end
   local ctx = context(c)
-  if advantage.estimator(c).critic then ctx.value = critic.new(ctx.model:config().dim) end
   local state = c.resume and ctx.stages.checkpoint.load(ctx) or nil
   if state then
     ctx.state = state
