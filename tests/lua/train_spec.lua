@@ -91,17 +91,53 @@ describe("rl.train", function()
     return rl.train(o), o.model
   end
 
-  for _, variant in ipairs { { name = "gigpo" }, { name = "gae", advantage = "gae" } } do
-    it("continues bit-exactly after an interruption (resume = true): " .. variant.name, function()
+  -- The resume tests' run: loaded here and, for the resumed half, in another `moonrl run`
+  -- process (whose table order, pairs(), differs from this one's). Five reward terms whose sum
+  -- depends on the order they are added in, KL to the reference, and a critic with gae.
+  local RESUME_RUN = [==[
+local rl = require "moonrl"
+local root = ...
+local guess = dofile(root .. "/envs/guess_letter.lua")
+local rewards = {
+  brevity = function(ep) return -0.013 * ep.turns end,
+  length = function(ep) return -0.0071 * ep.length end,
+  third = function() return 1 / 3 end,
+  tenth = function(ep) return 0.1 * (ep.seed % 7) end,
+  sqrt = function(ep) return math.sqrt(ep.length) / 97 end,
+}
+return function(dir, name, advantage, extra)
+  local o = { model = rl.model.new { vocab = 264, dim = 32, layers = 2, heads = 2, ffn = 64,
+      ctx = 128, seed = 2 }, tokenizer = rl.tokenizer.bytes(), env = guess, dir = dir, name = name,
+    seed = 11, steps = 4, tasks_per_step = 3, group_size = 4, max_turn_tokens = 3, lr = 1e-3,
+    minibatch = 6, epochs = 2, advantage = advantage, gamma = 0.8, kl_coef = 0.05,
+    entropy_coef = 0.001, rewards = rewards, sft = { examples = 24, epochs = 1, batch_size = 8,
+    lr = 1e-3 }, eval = { every = 2, tasks = 6, k = 2 }, progress = false }
+  for k, v in pairs(extra or {}) do o[k] = v end
+  return rl.train(o), o.model
+end
+]==]
+
+  for _, advantage in ipairs { "gigpo", "gae" } do
+    it("continues bit-exactly in another process (resume = true, reward terms, KL): " .. advantage, function()
       local dir = tmpdir()
-      local extra = function(t) t.advantage = variant.advantage or base.advantage return t end
-      local full, m_full = run(dir, "full", extra {})
-      local _, m_cut = run(dir, "cut", extra { stop_after = 2 })
-      local part = read_lines(dir .. "/cut/metrics.jsonl")
-      assert.are.equal(3, #part) -- step 0 (after SFT) and steps 1, 2
-      -- a fresh process would start from a new model: the weights must come from the checkpoint
-      local resumed, m_res = run(dir, "cut", extra { resume = true })
-      assert.are_not.equal(m_cut, m_res)
+      local config = dir .. "/run.lua"
+      local f = assert(io.open(config, "w"))
+      f:write(RESUME_RUN)
+      f:close()
+      local runner = assert(loadfile(config))(H.root)
+      local _, m_full = runner(dir, "full", advantage)
+      runner(dir, "cut", advantage, { stop_after = 2 })
+      assert.are.equal(3, #read_lines(dir .. "/cut/metrics.jsonl")) -- step 0 (after SFT), 1, 2
+      local out, _, ok = H.run_lua([[
+        local runner = loadfile(arg[1])(arg[2])
+        runner(arg[3], "cut", arg[4], { resume = true })
+      ]], config, H.root, dir, advantage)
+      assert.is_true(ok, out)
+      -- the weights the other process saved last equal the uninterrupted run's
+      local state = rl.json.decode(assert(io.open(dir .. "/cut/state.json")):read("a"))
+      assert.are.equal(4, state.step)
+      local m_res = model()
+      assert.are.equal(4, m_res:load_checkpoint(dir .. "/cut/" .. state.checkpoint))
       local a, b = m_full:parameters(), m_res:parameters()
       local n = 0
       for name, w in pairs(a) do
@@ -109,6 +145,8 @@ describe("rl.train", function()
         n = n + 1
       end
       assert.is_true(n > 5)
+      local full_state = rl.json.decode(assert(io.open(dir .. "/full/state.json")):read("a"))
+      assert.are.equal(rl.json.encode(full_state.value_head), rl.json.encode(state.value_head))
       local lf, lr = read_lines(dir .. "/full/metrics.jsonl"), read_lines(dir .. "/cut/metrics.jsonl")
       assert.are.equal(#lf, #lr)
       for i, rec in ipairs(lf) do
@@ -118,10 +156,49 @@ describe("rl.train", function()
           end
         end
       end
-      assert.are.equal(full.after["eval/greedy_success"], resumed.after["eval/greedy_success"])
+      assert.is_number(lf[2]["reward/sqrt"])
+      assert.is_number(lf[5]["eval/greedy_success"])
       H.sh("rm -rf " .. H.shell_quote(dir))
     end)
   end
+
+  it("adds reward terms in a defined order: names sorted, or a list's own order", function()
+    local terms = require("moonrl.train.reward").terms
+    local f = function() return 0 end
+    local names = {}
+    for _, t in ipairs(terms { zeta = f, alpha = f, Mid = f, beta = f, ["a.b"] = f }) do
+      names[#names + 1] = t.name
+    end
+    assert.are.same({ "Mid", "a.b", "alpha", "beta", "zeta" }, names)
+    names = {}
+    for _, t in ipairs(terms { { name = "zeta", fn = f }, { name = "alpha", fn = f } }) do
+      names[#names + 1] = t.name
+    end
+    assert.are.same({ "zeta", "alpha" }, names)
+    -- each total is the sum in that order, exactly (0.1 + 0.2 + 0.3 ~= 0.3 + 0.2 + 0.1)
+    local seen = {}
+    local function last(ep) seen[#seen + 1] = { ep.env_reward, ep.reward } return 0 end
+    local k = function(x) return function() return x end end
+    local dir = tmpdir()
+    local function train(name, rewards)
+      seen = {}
+      rl.train { model = rl.model.new { vocab = 264, dim = 32, layers = 1, heads = 2, ffn = 64, ctx = 32,
+        seed = 3 }, tokenizer = tok, env = letter_env, dir = dir, name = name, steps = 1,
+        tasks_per_step = 2, group_size = 2, max_turn_tokens = 1, eval = false, progress = false,
+        plot = false, rewards = rewards }
+      assert.are.equal(4, #seen)
+      return seen
+    end
+    for _, s in ipairs(train("list", { { name = "z", fn = k(0.1) }, { name = "y", fn = k(0.2) },
+      { name = "x", fn = k(0.3) }, { name = "w", fn = last } })) do
+      assert.are.equal(((s[1] + 0.1) + 0.2) + 0.3, s[2])
+    end
+    for _, s in ipairs(train("map", { a = k(0.3), b = k(0.2), c = k(0.1), zz = last })) do
+      assert.are.equal(((s[1] + 0.3) + 0.2) + 0.1, s[2])
+    end
+    assert.are_not.equal(((0 + 0.1) + 0.2) + 0.3, ((0 + 0.3) + 0.2) + 0.1)
+    H.sh("rm -rf " .. H.shell_quote(dir))
+  end)
 
   it("writes metrics, readable episodes, an SVG curve and one checkpoint", function()
     local dir = tmpdir()

@@ -34,7 +34,9 @@
 --                                             -- the env's clone()); GiGPO then compares the K
 --                                             -- continuations of one state exactly
 --     overlong = nil,                         -- {max_len =, buffer =, factor = 1}: DAPO shaping
---     rewards = { name = function(episode) return x end },  -- extra reward terms
+--     rewards = { name = function(episode) return x end },  -- extra reward terms, added in
+--                                             -- name order (or a list {{name =, fn =}, ...},
+--                                             -- in its order)
 --     sft = { examples = 400, epochs = 2, lr = 2e-3, batch_size = 16 },  -- or false
 --     eval = { every = 5, tasks = 64, k = 4, temperature = 1 },
 --     resume = false, progress = "auto", log_episodes = 2,

@@ -10,7 +10,23 @@ local score = require "moonrl.train.score"
 
 local M = {}
 
--- The default stage.
+-- The recipe's reward terms in the order they are added: a list {{name =, fn =}, ...} in its
+-- own order, a table {name = fn} in the bytewise order of the names (never pairs() order, which
+-- differs between processes and would change the floating-point totals).
+function M.terms(rewards)
+  local list = {}
+  if rewards == nil then return list end
+  if #rewards > 0 then
+    for i, e in ipairs(rewards) do list[i] = { name = e.name, fn = e.fn } end
+    return list
+  end
+  for name, fn in pairs(rewards) do list[#list + 1] = { name = name, fn = fn } end
+  table.sort(list, function(a, b) return a.name < b.name end)
+  return list
+end
+
+-- The default stage: ep.reward = the environment's return + each term in M.terms order + the
+-- overlong penalty.
 function M.run(ctx, batch)
   local c, terms = ctx.cfg, { env = 0 }
   local n = batch:size()
@@ -20,7 +36,8 @@ function M.run(ctx, batch)
     terms.env = terms.env + ep.reward / n
     lengths[i] = ep.length
   end
-  for name, fn in pairs(c.rewards or {}) do
+  for _, term in ipairs(M.terms(c.rewards)) do
+    local name, fn = term.name, term.fn
     terms[name] = 0
     for _, ep in ipairs(batch.episodes) do
       local ok, r = pcall(fn, ep)
