@@ -540,5 +540,25 @@ end
     assert.is_string(slurp(run .. "/notes.txt"))
     H.sh("rm -rf " .. H.shell_quote(dir))
   end)
+
+  it("puts the KL of the untempered policy in the reward (kl_reward_coef): ~0 while it is the reference", function()
+    for _, sampling in ipairs { { temperature = 0.7 }, { top_p = 0.8 }, { temperature = 0.7, top_p = 0.9 },
+      { temperature = 1.3, top_k = 20 } } do
+      local dir = tmpdir()
+      local seen = {}
+      local o = { model = rl.model.new { vocab = 264, dim = 32, layers = 1, heads = 2, ffn = 64, ctx = 32,
+        seed = 3 }, tokenizer = tok, env = letter_env, dir = dir, seed = 4, steps = 1, tasks_per_step = 4,
+        group_size = 4, max_turn_tokens = 4, kl_reward_coef = 1, eval = false, progress = false,
+        plot = false, on_step = function(_, mt) seen[#seen + 1] = mt end }
+      for k, v in pairs(sampling) do o[k] = v end
+      rl.train(o)
+      -- step 1 scores the batch before any update: the policy is still the reference
+      local pen = seen[1]["reward/kl_penalty"]
+      assert.is_number(pen)
+      assert.is_true(math.abs(pen) < 1e-6, string.format("%s: KL penalty %g", next(sampling), pen))
+      assert.is_true(seen[1].sampled_tokens >= 16)
+      H.sh("rm -rf " .. H.shell_quote(dir))
+    end
+  end)
 end)
 

@@ -63,12 +63,14 @@ function M.run(ctx, batch)
   return terms
 end
 
--- KL in the reward: each episode's score loses kl_reward_coef * its summed per-token KL to the
--- reference (ep.kl_penalty, which the advantage subtracts). Returns the mean penalty.
+-- KL in the reward: each episode's score loses kl_reward_coef * its summed per-token KL from the
+-- policy to the reference (ep.kl_penalty, which the advantage subtracts). Both are scored as
+-- they are: with a temperature or top_k/top_p/min_p the sampled log-probs are not the policy's,
+-- so the batch is rescored (as the update does for its ratio). Returns the mean penalty.
 function M.kl_penalty(ctx, batch)
   local c = ctx.cfg
   local ref = score.score(ctx.ref, batch, c.minibatch)
-  local kl = core.objective.kl { logp = batch.logprobs, ref_logp = ref, mask = batch.mask,
+  local kl = core.objective.kl { logp = score.policy(ctx, batch), ref_logp = ref, mask = batch.mask,
     kind = c.kl }
   local total = 0
   for i, ep in ipairs(batch.episodes) do
