@@ -560,5 +560,48 @@ end
       H.sh("rm -rf " .. H.shell_quote(dir))
     end
   end)
+
+  it("keeps the options in state.json and refuses to resume with others unless resume = \"force\"", function()
+    local dir = tmpdir()
+    letter_run(dir, { stop_after = 1, rewards = { { name = "short", fn = function(ep) return -0.01 * ep.length end } } })
+    local path = dir .. "/again/state.json"
+    local state = rl.json.decode(slurp(path))
+    assert.are.equal(0.01, state.options.lr)
+    assert.are.equal("grpo", state.options.advantage)
+    assert.are.equal("letter", state.options.env)
+    assert.are.same({ "short" }, state.options.rewards)
+    assert.is_nil(state.options.stop_after)
+    local saved = slurp(path)
+    local terms = { { name = "short", fn = function(ep) return -0.01 * ep.length end } }
+    local function refused(extra, wants)
+      extra.resume, extra.rewards = extra.resume or true, extra.rewards or terms
+      local line
+      local ok, msg = pcall(function()
+        line = debug.getinfo(1, "l").currentline + 1
+        letter_run(dir, extra)
+      end)
+      assert.is_false(ok, "resumed")
+      assert.truthy(msg:find("train_spec.lua:" .. line .. ": train: resume: the options differ", 1, true), msg)
+      for _, w in ipairs(wants) do assert.truthy(msg:find(w, 1, true), msg) end
+      assert.truthy(msg:find('resume = "force"', 1, true), msg)
+      assert.are.equal(saved, slurp(path)) -- nothing was touched
+    end
+    refused({ lr = 0.02 }, { "lr (0.01, now 0.02)" })
+    refused({ advantage = "rloo" }, { 'advantage ("grpo", now "rloo")' })
+    refused({ lr = 0.02, advantage = "rloo", group_size = 2 },
+      { "group_size (4, now 2)", "advantage (", "lr (0.01, now 0.02)" })
+    refused({ rewards = { { name = "shorter", fn = terms[1].fn } } }, { 'rewards (["short"], now ["shorter"])' })
+    refused({ sft = false, top_p = 0.9 }, { "top_p (unset, now 0.9)" })
+    -- what only says how to run may change: progress, plot, log_episodes, checkpoint_every, stop_after
+    letter_run(dir, { resume = true, rewards = terms, plot = false, log_episodes = 1, checkpoint_every = 1,
+      stop_after = 2 })
+    assert.are.equal(2, rl.json.decode(slurp(path)).step)
+    -- resume = "force" continues with the new options, which state.json then keeps
+    letter_run(dir, { resume = "force", rewards = terms, lr = 0.02 })
+    state = rl.json.decode(slurp(path))
+    assert.are.equal(3, state.step)
+    assert.are.equal(0.02, state.options.lr)
+    H.sh("rm -rf " .. H.shell_quote(dir))
+  end)
 end)
 

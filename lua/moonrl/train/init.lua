@@ -39,7 +39,10 @@
 --                                             -- in its order)
 --     sft = { examples = 400, epochs = 2, lr = 2e-3, batch_size = 16 },  -- or false
 --     eval = { every = 5, tasks = 64, k = 4, temperature = 1 },
---     resume = false, progress = "auto", log_episodes = 2,
+--     resume = false,                         -- true: continue the run in dir/name; "force":
+--                                             -- even with other options than state.json's
+--     overwrite = false,                      -- true: a fresh run replaces an earlier one's files
+--     progress = "auto", log_episodes = 2,
 --     on_step = function(step, metrics) end,
 --     -- the stages, each replaceable (see the modules named): tasks (moonrl.train.tasks),
 --     -- rollout (.rollout), reward (.reward), advantage (.advantage), update (.update),
@@ -113,6 +116,17 @@ local function refusal(c, dir)
     .. "it, or resume = true to continue it", dir, table.concat(left, ", "))
 end
 
+-- Why the run may not resume from state: the options differ from those it was written with
+-- (state.options; a state written before they were kept has none to compare), or nil.
+-- resume = "force" continues anyway.
+local function mismatch(c, state, dir)
+  if c.resume == "force" or type(state.options) ~= "table" then return nil end
+  local diff = options.differences(state.options, core.json.decode(core.json.encode(options.record(c))))
+  if #diff == 0 then return nil end
+  return string.format("train: resume: the options differ from those %s/state.json was written "
+    .. "with: %s; resume = \"force\" continues with the new ones", dir, table.concat(diff, ", "))
+end
+
 -- Step 0 of a fresh run: the SFT warm start, the frozen reference, the first evaluation and the
 -- first checkpoint.
 local function start_fresh(ctx)
@@ -120,7 +134,7 @@ local function start_fresh(ctx)
   local why = refusal(c, ctx.dir) -- (a checkpoint stage of the recipe's found nothing to resume)
   if why then error(why, 0) end
   if c.overwrite then checkpoint.clear(ctx.dir) end
-  ctx.state = { history = {}, step = 0 }
+  ctx.state = { history = {}, step = 0, options = options.record(c) }
   if c.sft then ctx.state.sft = warmstart.run(ctx) end
   if needs_reference(c) then
     local ok, err = ctx.model:save(ctx.dir .. "/reference")
@@ -195,6 +209,8 @@ local function train(opts)
     local state, serr = checkpoint.read_state(dir)
     if serr then error("train: resume: " .. serr, 2) end
     resuming = state ~= nil
+    local why = state and mismatch(c, state, dir)
+    if why then error(why, 2) end
   end
   if not resuming then
     local why = refusal(c, dir)
@@ -203,7 +219,10 @@ local function train(opts)
   local ctx = context(c)
   local state = c.resume and ctx.stages.checkpoint.load(ctx) or nil
   if state then
+    local why = c.checkpoint and mismatch(c, state, ctx.dir)
+    if why then error(why, 0) end
     ctx.state = state
+    state.options = options.record(c) -- what the next checkpoint was run with
     tasks.load(ctx, state.tasks)
   else
     start_fresh(ctx)

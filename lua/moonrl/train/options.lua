@@ -396,6 +396,68 @@ opt("on_step", nil, func)
 
 M.known = ORDER
 
+-- ---------------------------------------------------------------- the options in state.json
+
+-- Options that say how to run, not what is trained: a resumed run may change them.
+local RUN_CONTROL = { model = true, tokenizer = true, dir = true, name = true, resume = true,
+  overwrite = true, stop_after = true, checkpoint_every = true, progress = true, plot = true,
+  log_episodes = true, on_step = true, log = true }
+
+-- The configuration as JSON-ready data (state.json's "options"): numbers, strings, booleans and
+-- the table options as they are; the environment by its name; reward terms by their names in
+-- the order they are added; functions and objects (stages of the recipe's) as "<function>" and
+-- "<object>", since only their presence can be compared.
+function M.record(c)
+  local json = require("moonrl.core").json
+  local out = {}
+  for _, k in ipairs(ORDER) do
+    local v = c[k]
+    if RUN_CONTROL[k] or v == nil then
+      -- not recorded
+    elseif k == "env" then
+      out[k] = v.name
+    elseif k == "rewards" then
+      local names = {}
+      for i, t in ipairs(require("moonrl.train.reward").terms(v)) do names[i] = t.name end
+      out[k] = json.array(names)
+    elseif type(v) == "function" then
+      out[k] = "<function>"
+    elseif type(v) == "table" and (k == "tasks" or k == "checkpoint") then
+      out[k] = "<object>"
+    elseif type(v) == "table" then
+      local t = {}
+      for field, x in pairs(v) do t[field] = type(x) == "function" and "<function>" or x end
+      out[k] = t
+    else
+      out[k] = v
+    end
+  end
+  return out
+end
+
+local function same(a, b)
+  if type(a) == "table" and type(b) == "table" then
+    for k, v in pairs(a) do if not same(v, b[k]) then return false end end
+    for k in pairs(b) do if a[k] == nil then return false end end
+    return true
+  end
+  return a == b -- numbers by value: 1 and 1.0 are the same option
+end
+
+-- The options that differ between two records (M.record, or state.json's decoded copy), as
+-- "name (then, now)" strings in option order.
+function M.differences(old, new)
+  local json = require("moonrl.core").json
+  local function show(v) return v == nil and "unset" or json.encode(v) end
+  local out = {}
+  for _, k in ipairs(ORDER) do
+    if not same(old[k], new[k]) then
+      out[#out + 1] = string.format("%s (%s, now %s)", k, show(old[k]), show(new[k]))
+    end
+  end
+  return out
+end
+
 -- Checks that involve several options.
 local function relations(c)
   local t = c.tree
