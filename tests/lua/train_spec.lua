@@ -603,5 +603,28 @@ end
     assert.are.equal(0.02, state.options.lr)
     H.sh("rm -rf " .. H.shell_quote(dir))
   end)
+
+  it("reports write errors in its files (metrics, episodes, curve, state) naming the file", function()
+    -- after step 1, the file is swapped for one that cannot be written: a link to /dev/full (a
+    -- full disk) or a folder in its place (the atomic rename fails); step 2 must raise
+    local function broken(name, how)
+      local dir = tmpdir()
+      local path = dir .. "/again/" .. name
+      local ok, msg = pcall(letter_run, dir, { checkpoint_every = 1, on_step = function(step)
+        if step == 1 then
+          os.remove(path)
+          if how == "full" then H.sh("ln -s /dev/full " .. H.shell_quote(path)) else assert(rl.fs.mkdir(path)) end
+        end
+      end })
+      H.sh("rm -rf " .. H.shell_quote(dir))
+      assert.is_false(ok, name .. " could not be written, and nobody said so")
+      assert.truthy(msg:find("train: " .. path .. ": ", 1, true), msg)
+      return msg
+    end
+    assert.matches("[Ss]pace", broken("metrics.jsonl", "full"))
+    assert.matches("[Ss]pace", broken("episodes.jsonl", "full"))
+    broken("curve.svg", "folder")
+    broken("state.json", "folder")
+  end)
 end)
 

@@ -22,7 +22,7 @@ function M.save(ctx, step)
   ctx.state.step = step
   if ctx.value then ctx.state.value_head = critic.state(ctx.value) end
   ok, err = core.fs.write(ctx.dir .. "/state.json", json.encode(ctx.state))
-  if not ok then error("train: state: " .. err, 0) end
+  if not ok then error("train: " .. err, 0) end -- err names the file
   if prev and prev ~= ctx.state.checkpoint then os.remove(ctx.dir .. "/" .. prev) end
 end
 
@@ -31,7 +31,8 @@ end
 local function rewrite_metrics(ctx)
   local lines = {}
   for _, h in ipairs(ctx.state.history) do lines[#lines + 1] = json.encode(h) .. "\n" end
-  assert(core.fs.write(ctx.dir .. "/metrics.jsonl", table.concat(lines)))
+  local ok, err = core.fs.write(ctx.dir .. "/metrics.jsonl", table.concat(lines))
+  if not ok then error("train: " .. err, 0) end
 end
 
 -- state.json of the run in dir: the state, or nil when there is none, or nil and a message when

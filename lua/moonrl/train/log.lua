@@ -10,11 +10,16 @@ local plot = require "moonrl.plot"
 local json = core.json
 local M = {}
 
+-- Appends text to the file at path; a failure to open, write or close it (a full disk) raises
+-- "train: <path>: <why>".
 local function append(path, text)
-  local f = assert(io.open(path, "a"))
-  f:write(text)
-  f:close()
+  local f, err = io.open(path, "a")
+  if not f then error("train: " .. err, 0) end
+  local ok, werr = f:write(text)
+  local closed, cerr = f:close()
+  if not ok or not closed then error("train: " .. path .. ": " .. tostring(werr or cerr), 0) end
 end
+M.append = append
 
 -- One line of metrics.jsonl.
 function M.metrics(ctx, mt)
@@ -25,7 +30,7 @@ end
 -- each, ... up to log_episodes.
 function M.episodes(ctx, step, batch)
   local c = ctx.cfg
-  local f = assert(io.open(ctx.dir .. "/episodes.jsonl", "a"))
+  local lines = {}
   local groups, logged, round = batch:groups(), 0, 1
   while logged < math.min(c.log_episodes, batch:size()) do
     for _, g in ipairs(groups) do
@@ -33,16 +38,17 @@ function M.episodes(ctx, step, batch)
       if i and logged < c.log_episodes then
         local rec = batch:episode_record(i, { tokens = false })
         rec.step = step
-        f:write(json.encode(rec), "\n")
+        lines[#lines + 1] = json.encode(rec) .. "\n"
         logged = logged + 1
       end
     end
     round = round + 1
   end
-  f:close()
+  if #lines > 0 then append(ctx.dir .. "/episodes.jsonl", table.concat(lines)) end
 end
 
--- curve.svg from the history: sampled training success and held-out greedy success.
+-- curve.svg from the history: sampled training success and held-out greedy success (raises
+-- "train: <path>: <why>" when it cannot be written).
 function M.plot(ctx)
   local train, held = {}, {}
   for _, h in ipairs(ctx.state.history) do
@@ -50,12 +56,13 @@ function M.plot(ctx)
     if h["eval/greedy_success"] then held[#held + 1] = { h.step, h["eval/greedy_success"] } end
   end
   local c = ctx.cfg
-  return plot.svg(ctx.dir .. "/curve.svg", {
+  local ok, err = plot.svg(ctx.dir .. "/curve.svg", {
     title = c.name .. ": success (step 0 = after SFT, before RL)", xlabel = "RL step",
     ylabel = "success rate", ymin = 0, ymax = 1,
     series = { { name = "train (sampled)", points = train },
       { name = "held-out (greedy)", points = held, dots = true } },
     marks = { { x = 0, label = "RL starts" } } })
+  if not ok then error("train: " .. err, 0) end
 end
 
 -- The progress line (a bar on a terminal, plain lines otherwise).
