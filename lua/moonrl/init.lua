@@ -12,7 +12,8 @@ local rl = {
   rollout = core.rollout,   -- multi-turn episodes decoded together: new{model=, episodes=, capacity=}
   objective = core.objective, -- advantages and losses over a trajectory batch (the trainer's)
   fs = core.fs,             -- mkdir, atomic write, isatty
-  json = core.json,         -- JSON: decode, encode (sorted keys), null, array(t)
+  json = core.json,         -- JSON: decode, encode (sorted keys, always UTF-8: bytes that are
+                            -- not are written as U+10FE00 + byte), null, array(t)
   sandbox = core.sandbox,   -- tool sandbox: pool{...}:run{argv=...}, lua{code=...}
   tool = require("moonrl.tool"), -- rl.tool{...}, rl.tool.shell{...}, rl.tool.lua{...}
   rng = core.rng,           -- rl.rng(seed): a seeded random stream (random, normal)

@@ -626,5 +626,37 @@ end
     broken("curve.svg", "folder")
     broken("state.json", "folder")
   end)
+
+  it("writes valid UTF-8 JSON when the policy emits broken bytes, and rl.json.decode restores them", function()
+    -- a fresh byte-level policy samples arbitrary bytes: most replies are not UTF-8
+    local dir = tmpdir()
+    local sampled = {}
+    letter_run(dir, { max_turn_tokens = 6, log_episodes = 8, rewards = { seen = function(ep)
+      sampled[ep.record[1].action] = true
+      return 0
+    end } })
+    local path = dir .. "/again/episodes.jsonl"
+    local text = slurp(path)
+    assert.truthy(utf8.len(text), "episodes.jsonl is not UTF-8")
+    local broken = 0
+    for _, ep in ipairs(read_lines(path)) do
+      local action = ep.record[1].action
+      assert.is_true(sampled[action] == true, ("%q was not sampled"):format(action))
+      if not utf8.len(action) then broken = broken + 1 end
+    end
+    assert.is_true(broken > 0, "no episode had broken bytes")
+    assert.truthy(utf8.len(slurp(dir .. "/again/state.json")))
+    assert.truthy(utf8.len(slurp(dir .. "/again/metrics.jsonl")))
+    local python = io.open("/usr/bin/python3", "r")
+    if python then
+      python:close()
+      local out, _, ok = H.run("/usr/bin/python3 -c 'import json, sys; "
+        .. "[json.loads(l) for l in open(sys.argv[1], encoding=\"utf-8\", errors=\"strict\")]; print(\"read\")' "
+        .. H.shell_quote(path))
+      assert.is_true(ok, out)
+      assert.matches("read", out)
+    end
+    H.sh("rm -rf " .. H.shell_quote(dir))
+  end)
 end)
 
