@@ -319,7 +319,7 @@ end
     end
     return out
   end
-  local advantages = require("moonrl.train")._advantages
+  local advantages = rl.train.advantage.compute
 
   it("BEACON: milestone segments are compared among episodes of a task (advantage = \"beacon\")", function()
     local rec = function(ms) local r = {} for k, m in ipairs(ms) do r[k] = { reward = 0, info = { milestone = m } } end return r end
@@ -656,6 +656,124 @@ end
       assert.is_true(ok, out)
       assert.matches("read", out)
     end
+    H.sh("rm -rf " .. H.shell_quote(dir))
+  end)
+
+  -- An advantage stage in Lua: each episode's reward less the mean of the others of its group.
+  local function leave_one_out(_, batch)
+    local sum, count = {}, {}
+    for _, ep in ipairs(batch.episodes) do
+      sum[ep.group], count[ep.group] = (sum[ep.group] or 0) + ep.reward, (count[ep.group] or 0) + 1
+    end
+    local per_episode = {}
+    for i, ep in ipairs(batch.episodes) do
+      local n = count[ep.group]
+      per_episode[i] = n > 1 and ep.reward - (sum[ep.group] - ep.reward) / (n - 1) or 0
+    end
+    local adv = rl.tensor.zeros(batch.mask:numel())
+    for i = 1, batch:size() do
+      local a, b = batch:range(i)
+      for p = a, b do if batch.mask:get(p) ~= 0 then adv:set(p, per_episode[i]) end end
+    end
+    return adv, per_episode
+  end
+
+  it("learns with the advantage stage a Lua function and the task stage its own sampler", function()
+    local calls = { adv = 0 }
+    local sampler = { drawn = 0, updates = 0, seen = {} }
+    function sampler:sample(ctx, step, n, seed)
+      assert.are.equal(letter_env, ctx.cfg.env)
+      assert.is_true(math.type(seed) == "integer")
+      local out = {}
+      for k = 1, n do
+        self.drawn = self.drawn + 1
+        out[k] = { i = self.drawn, step = step }
+      end
+      return out
+    end
+    function sampler:update(_, step, batch)
+      self.updates = self.updates + 1
+      for _, ep in ipairs(batch.episodes) do self.seen[ep.task.step] = step end
+    end
+    function sampler:state() return { drawn = self.drawn } end
+    function sampler:load(s) self.drawn = s.drawn end
+    local dir = tmpdir()
+    local m = rl.model.new { vocab = 264, dim = 32, layers = 1, heads = 2, ffn = 64, ctx = 32, seed = 3 }
+    local r = rl.train {
+      model = m, tokenizer = tok, env = letter_env, dir = dir, seed = 4, steps = 15,
+      tasks_per_step = 4, group_size = 16, max_turn_tokens = 1, lr = 1e-2, minibatch = 16,
+      eval = false, progress = false, plot = false, tasks = sampler,
+      advantage = function(ctx, batch) calls.adv = calls.adv + 1 return leave_one_out(ctx, batch) end,
+    }
+    local first = (r.history[2].success + r.history[3].success) / 2
+    local last = (r.history[#r.history].success + r.history[#r.history - 1].success) / 2
+    assert.is_true(first < 0.4, "success at the start " .. first)
+    assert.is_true(last > 0.8, "success at the end " .. last)
+    assert.are.equal(15, calls.adv)
+    assert.are.equal(15 * 4, sampler.drawn)
+    assert.are.equal(15, sampler.updates)
+    for step = 1, 15 do assert.are.equal(step, sampler.seen[step]) end -- each step had its tasks
+    local state = rl.json.decode(slurp(dir .. "/letter/state.json"))
+    assert.are.same({ drawn = 60 }, state.tasks)
+    assert.are.equal("<function>", state.options.advantage)
+    assert.are.equal("<object>", state.options.tasks)
+    H.sh("rm -rf " .. H.shell_quote(dir))
+  end)
+
+  it("registers estimators by name, the built-ins among them, and checks what it is given", function()
+    local A = rl.train.advantage
+    for _, name in ipairs { "grpo", "rloo", "gigpo", "beacon", "gae" } do assert.is_table(A.get(name)) end
+    assert.is_true(A.get("gae").critic)
+    A.register("spec_loo", leave_one_out)
+    local found = false
+    for _, name in ipairs(A.names()) do found = found or name == "spec_loo" end
+    assert.is_true(found)
+    local dir = tmpdir()
+    local seen = {}
+    letter_run(dir, { advantage = "spec_loo", steps = 2, on_step = function(_, mt) seen[#seen + 1] = mt end })
+    assert.are.equal(2, #seen)
+    assert.is_number(seen[1]["adv/abs_max"])
+    -- an estimator that returns the wrong thing is named
+    A.register("spec_bad", function() return 1, {} end)
+    local ok, msg = pcall(letter_run, dir, { advantage = "spec_bad", overwrite = true })
+    assert.is_false(ok)
+    assert.matches("advantage spec_bad: per%-token advantages expected", msg)
+    assert.matches("register: name: a string", H.error_of(A.register, 3, leave_one_out))
+    assert.matches("register: fn: a function", H.error_of(A.register, "x", 3))
+    assert.matches("register: opts: unknown option 'critc'", H.error_of(A.register, "x", leave_one_out, { critc = true }))
+    H.sh("rm -rf " .. H.shell_quote(dir))
+  end)
+
+  it("calls a recipe's evaluate, log, reward, rollout and checkpoint stages in place of its own", function()
+    local dir = tmpdir()
+    local logged, evals, saved, rolled = {}, {}, {}, 0
+    local stages = rl.train
+    letter_run(dir, { steps = 4, eval = { every = 2 },
+      evaluate = function(_, step) evals[#evals + 1] = step return { score = step / 10 } end,
+      log = function(ctx, step, mt, batch)
+        logged[#logged + 1] = { step = step, has_batch = batch ~= nil, eval = mt["eval/score"] }
+        assert.are.equal(mt, ctx.state.history[#ctx.state.history])
+      end,
+      reward = function(ctx, batch, step)
+        local terms = stages.reward.run(ctx, batch, step)
+        for _, ep in ipairs(batch.episodes) do ep.reward = ep.reward + 0.5 end
+        terms.bonus = 0.5
+        return terms
+      end,
+      rollout = function(ctx, req)
+        rolled = rolled + 1
+        return stages.rollout.run(ctx, req)
+      end,
+      checkpoint = { save = function(ctx, step) saved[#saved + 1] = step assert.is_table(ctx.state.history) end,
+        load = function() return nil end } })
+    assert.are.same({ 0, 2, 4 }, evals)
+    assert.are.equal(5, #logged)
+    assert.are.same({ step = 0, has_batch = false, eval = 0 }, logged[1])
+    assert.are.same({ step = 2, has_batch = true, eval = 0.2 }, logged[3])
+    assert.are.same({ 0, 2, 4 }, saved) -- every eval.every steps, and the last
+    assert.are.equal(4, rolled)
+    assert.is_nil(slurp(dir .. "/again/metrics.jsonl")) -- the default log did not run
+    assert.is_nil(slurp(dir .. "/again/state.json"))    -- nor the default checkpoint
     H.sh("rm -rf " .. H.shell_quote(dir))
   end)
 end)

@@ -48,7 +48,8 @@
 --     -- rollout (.rollout), reward (.reward), advantage (.advantage), update (.update),
 --     -- evaluate (.eval), log (.log), checkpoint (.checkpoint)
 --   }
--- returns {before = eval after SFT, after = final eval, history = {metrics...}, dir = path}.
+-- returns {before = step 0's metrics (the eval after SFT), after = the last evaluated step's
+-- metrics, history = {metrics...}, dir = path, sft = the warm start's figures}.
 --
 -- rl.train is this module: callable, with the stage modules as fields (rl.train.advantage,
 -- rl.train.rollout, ...), so a recipe can call one stage on its own or register an estimator.
@@ -219,6 +220,9 @@ local function train(opts)
   local ctx = context(c)
   local state = c.resume and ctx.stages.checkpoint.load(ctx) or nil
   if state then
+    if type(state) ~= "table" or math.type(state.step) ~= "integer" or type(state.history) ~= "table" then
+      error("train: resume: the checkpoint stage's load returned no state {step =, history =, ...}", 0)
+    end
     local why = c.checkpoint and mismatch(c, state, ctx.dir)
     if why then error(why, 0) end
     ctx.state = state
@@ -227,7 +231,11 @@ local function train(opts)
   else
     start_fresh(ctx)
   end
-  if needs_reference(c) then ctx.ref = assert(core.model.load(ctx.dir .. "/reference")) end
+  if needs_reference(c) then
+    local ref, rerr = core.model.load(ctx.dir .. "/reference")
+    if not ref then error("train: reference: " .. rerr, 0) end
+    ctx.ref = ref
+  end
   ctx.t_start = core.clock()
   for step = ctx.state.step + 1, c.steps do
     local mt, batch = step_once(ctx, step)
@@ -241,9 +249,12 @@ local function train(opts)
     end
     if step == c.stop_after then break end
   end
-  local last
+  local last -- the last evaluation's step
   for i = #ctx.state.history, 1, -1 do
-    if ctx.state.history[i]["eval/greedy_success"] then last = ctx.state.history[i] break end
+    for k in pairs(ctx.state.history[i]) do
+      if k:sub(1, 5) == "eval/" then last = ctx.state.history[i] break end
+    end
+    if last then break end
   end
   ctx.ro:free()
   return { before = ctx.state.before, after = last, history = ctx.state.history, dir = ctx.dir,
@@ -251,5 +262,4 @@ local function train(opts)
 end
 
 M.train = train
-M._advantages = advantage.compute -- for the tests
 return setmetatable(M, { __call = function(_, opts) return train(opts) end })
