@@ -77,7 +77,10 @@ CORE_SRC    := $(foreach l,$(filter-out lua,$(LAYERS)),$(wildcard engine/src/$(l
 BIND_SRC    := $(filter-out engine/src/lua/lua_core_module.c engine/src/lua/lua_embed.c,\
                  $(wildcard engine/src/lua/lua_*.c))
 LIB_SRC     := engine/src/lua/script.c engine/src/lua/lua_embed.c
-LUA_MODULES := $(filter-out lua/moonrl/ffi.lua,$(wildcard lua/moonrl/*.lua))
+# the Lua library: lua/moonrl/*.lua and one level of subfolders (lua/moonrl/train/x.lua is the
+# module moonrl.train.x, lua/moonrl/train/init.lua is moonrl.train), embedded and installed alike
+LUA_MODULES := $(filter-out lua/moonrl/ffi.lua,$(wildcard lua/moonrl/*.lua lua/moonrl/*/*.lua))
+LUA_SUBDIRS := $(filter-out moonrl,$(sort $(patsubst lua/%/,%,$(dir $(LUA_MODULES)))))
 
 obj = $(patsubst engine/%.c,$(BUILD)/obj/%.o,$(1))
 CORE_OBJ    := $(call obj,$(CORE_SRC))
@@ -117,7 +120,8 @@ $(BUILD)/obj/cli/%.o: engine/cli/%.c $(HEADERS)
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_CFLAGS) $(CPPFLAGS) -c $< -o $@
 
-$(BUILD)/gen/lua_modules.c: scripts/embed_lua.lua $(LUA_MODULES)
+# (the Makefile too: the module list is the wildcard's, and a removed file must leave it)
+$(BUILD)/gen/lua_modules.c: scripts/embed_lua.lua $(LUA_MODULES) Makefile
 	@mkdir -p $(dir $@)
 	$(LUA) scripts/embed_lua.lua $@ $(foreach f,$(LUA_MODULES),$(subst /,.,$(patsubst lua/%.lua,%,$(patsubst %/init.lua,%.lua,$(f))))=$(f))
 
@@ -249,7 +253,8 @@ JITDIR  := $(PREFIX)/share/lua/5.1
 
 install: all
 	install -d $(DESTDIR)$(LIBDIR)/pkgconfig $(DESTDIR)$(INCDIR) $(DESTDIR)$(BINDIR) \
-	  $(DESTDIR)$(LUADIR)/moonrl $(DESTDIR)$(CMODDIR)/moonrl $(DESTDIR)$(JITDIR)/moonrl
+	  $(DESTDIR)$(LUADIR)/moonrl $(addprefix $(DESTDIR)$(LUADIR)/,$(LUA_SUBDIRS)) \
+	  $(DESTDIR)$(CMODDIR)/moonrl $(DESTDIR)$(JITDIR)/moonrl
 	install -m 644 engine/include/moonrl.h $(DESTDIR)$(INCDIR)/moonrl.h
 	install -m 644 $(STATIC_LIB) $(DESTDIR)$(LIBDIR)/libmoonrl.a
 	install -m 755 $(SHARED_LIB) $(DESTDIR)$(LIBDIR)/libmoonrl.so.$(VERSION)
@@ -265,7 +270,8 @@ install: all
 	    > $(DESTDIR)$(LIBDIR)/pkgconfig/$$pc.pc; done
 	install -m 755 $(MOONRL) $(DESTDIR)$(BINDIR)/moonrl
 	install -m 755 $(LUA_CMOD) $(DESTDIR)$(CMODDIR)/moonrl/core.so
-	install -m 644 $(LUA_MODULES) $(DESTDIR)$(LUADIR)/moonrl/
+	for f in $(patsubst lua/%,%,$(LUA_MODULES)); do \
+	  install -m 644 lua/$$f $(DESTDIR)$(LUADIR)/$$f || exit 1; done
 	install -m 644 lua/moonrl/ffi.lua $(FFI_CDEF) $(DESTDIR)$(JITDIR)/moonrl/
 	sed -i 's|^local LIBDIR = .*|local LIBDIR = "$(LIBDIR)"|' $(DESTDIR)$(JITDIR)/moonrl/ffi_cdef.lua
 	@if [ -z "$(DESTDIR)" ] && [ "$$(id -u)" = 0 ] && command -v ldconfig >/dev/null; then ldconfig; fi
@@ -278,7 +284,8 @@ uninstall:
 	  $(DESTDIR)$(LIBDIR)/libmoonrl-core.so.$(SOVERSION) \
 	  $(DESTDIR)$(LIBDIR)/libmoonrl-core.so.$(VERSION) $(DESTDIR)$(LIBDIR)/pkgconfig/moonrl-core.pc \
 	  $(DESTDIR)$(BINDIR)/moonrl $(DESTDIR)$(CMODDIR)/moonrl/core.so
-	rm -f $(addprefix $(DESTDIR)$(LUADIR)/moonrl/,$(notdir $(LUA_MODULES)))
+	rm -f $(addprefix $(DESTDIR)$(LUADIR)/,$(patsubst lua/%,%,$(LUA_MODULES)))
+	-rmdir $(addprefix $(DESTDIR)$(LUADIR)/,$(LUA_SUBDIRS)) 2>/dev/null
 	rm -f $(DESTDIR)$(JITDIR)/moonrl/ffi.lua $(DESTDIR)$(JITDIR)/moonrl/ffi_cdef.lua
 	-rmdir $(DESTDIR)$(LUADIR)/moonrl $(DESTDIR)$(CMODDIR)/moonrl $(DESTDIR)$(JITDIR)/moonrl 2>/dev/null
 	@if [ -z "$(DESTDIR)" ] && [ "$$(id -u)" = 0 ] && command -v ldconfig >/dev/null; then ldconfig; fi

@@ -15,6 +15,7 @@ local model = rl.model.new { vocab = tok:vocab_size(), dim = 64, layers = 2, hea
 
 local result = rl.train {
   model = model, tokenizer = tok, env = env, name = "calculator", dir = root .. "/runs", seed = seed,
+  overwrite = true, -- a rerun replaces runs/calculator/
   sft = { examples = 2000, epochs = 6, lr = 3e-3, batch_size = 16, warmup = 10 },
   steps = 100, tasks_per_step = 16, group_size = 8, minibatch = 32,
   max_turn_tokens = 12, advantage = "grpo", loss = "ppo", clip_high = 0.28,

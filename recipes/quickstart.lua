@@ -24,6 +24,7 @@ print(string.format("quickstart: %s, policy of %d parameters, BLAS %s x%d", env.
 
 local result = rl.train {
   model = model, tokenizer = tok, env = env, name = "quickstart", dir = root .. "/runs", seed = seed,
+  overwrite = true,                           -- a rerun replaces runs/quickstart/
   -- SFT warm start: 2000 oracle demonstrations, 6 epochs
   sft = { examples = 2000, epochs = 6, lr = 3e-3, batch_size = 16, warmup = 10 },
   -- RL: 240 steps of 16 tasks x 16 episodes, one PPO epoch in minibatches of 64 episodes

@@ -40,7 +40,8 @@ files_installed() {
   for f in include/moonrl.h lib/libmoonrl.a lib/libmoonrl.so lib/libmoonrl.so.0 \
     lib/libmoonrl.so.0.1.0 lib/pkgconfig/moonrl.pc lib/libmoonrl-core.a lib/libmoonrl-core.so \
     lib/libmoonrl-core.so.0 lib/libmoonrl-core.so.0.1.0 lib/pkgconfig/moonrl-core.pc bin/moonrl lib/lua/5.4/moonrl/core.so \
-    share/lua/5.4/moonrl/init.lua share/lua/5.1/moonrl/ffi.lua share/lua/5.1/moonrl/ffi_cdef.lua; do
+    share/lua/5.4/moonrl/init.lua \
+    share/lua/5.4/moonrl/train/init.lua share/lua/5.4/moonrl/train/advantage.lua share/lua/5.1/moonrl/ffi.lua share/lua/5.1/moonrl/ffi_cdef.lua; do
     [ -e "$STAGE/$f" ] || { echo "missing $f"; return 1; }
   done
   grep -q "^local LIBDIR = \"$STAGE/lib\"" "$STAGE/share/lua/5.1/moonrl/ffi_cdef.lua" ||

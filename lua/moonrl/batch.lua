@@ -214,14 +214,17 @@ function Batch:episode_record(i, opts)
 end
 
 -- batch:to_jsonl(path [, opts]) -> true | nil, message: one JSON object per episode, with its
--- token arrays (so rl.batch.load restores the batch) unless opts.tokens is false.
+-- token arrays (so rl.batch.load restores the batch) unless opts.tokens is false. The message
+-- names the file when it cannot be opened, written or closed (a full disk shows at close).
 function Batch:to_jsonl(path, opts)
+  if type(path) ~= "string" then error("to_jsonl: path: a string expected, got " .. type(path), 2) end
   local lines = {}
   for i = 1, #self.episodes do lines[i] = core.json.encode(self:episode_record(i, opts)) end
   local f, err = io.open(path, "w")
   if not f then return nil, err end
-  f:write(table.concat(lines, "\n"), #lines > 0 and "\n" or "")
-  f:close()
+  local ok, werr = f:write(table.concat(lines, "\n"), #lines > 0 and "\n" or "")
+  local closed, cerr = f:close()
+  if not ok or not closed then return nil, path .. ": " .. tostring(werr or cerr) end
   return true
 end
 

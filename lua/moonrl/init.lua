@@ -12,14 +12,16 @@ local rl = {
   rollout = core.rollout,   -- multi-turn episodes decoded together: new{model=, episodes=, capacity=}
   objective = core.objective, -- advantages and losses over a trajectory batch (the trainer's)
   fs = core.fs,             -- mkdir, atomic write, isatty
-  json = core.json,         -- JSON: decode, encode (sorted keys), null, array(t)
+  json = core.json,         -- JSON: decode, encode (sorted keys, always UTF-8: bytes that are
+                            -- not are written as U+10FE00 + byte), null, array(t)
   sandbox = core.sandbox,   -- tool sandbox: pool{...}:run{argv=...}, lua{code=...}
   tool = require("moonrl.tool"), -- rl.tool{...}, rl.tool.shell{...}, rl.tool.lua{...}
   rng = core.rng,           -- rl.rng(seed): a seeded random stream (random, normal)
   env = require("moonrl.env"), -- the environment protocol
   parse = require("moonrl.parse"), -- tool-call and answer parsing (line and Hermes formats)
   batch = require("moonrl.batch"), -- trajectory batches: stats, select, concat, to_jsonl, load
-  train = require("moonrl.train").train, -- the RL trainer: rl.train{model=, env=, tokenizer=, ...}
+  train = require("moonrl.train"), -- the RL trainer: rl.train{model=, env=, tokenizer=, ...};
+                            -- its stages: rl.train.advantage.register(name, fn), rl.train.rollout, ...
   plot = require("moonrl.plot"), -- learning curves as SVG
   sft = require("moonrl.sft").sft, -- supervised fine-tuning with loss masks
   sft_example = require("moonrl.sft").example, -- {tokens=, mask=} from a chat conversation

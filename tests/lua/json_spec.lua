@@ -1,5 +1,6 @@
 -- json_spec.lua: busted spec of rl.json (lua_json.c over the engine's strict JSON reader):
--- decoding every kind of value, exact number round trips, escapes, NUL bytes, the null sentinel
+-- decoding every kind of value, exact number round trips, escapes, NUL bytes, bytes that are not
+-- UTF-8 (written as U+10FE00 + byte, read back exactly; python3's json reads the files), the null sentinel
 -- and the array mark, sorted keys, pretty printing, every error path, a 1 MB document, and
 -- moonrl.parse's Hermes format, which decodes tool calls with it.
 --
@@ -203,13 +204,106 @@ describe("rl.json", function()
       assert.equal([["a\u0000b"]], encode("a\0b"))
     end)
 
-    it("passes bytes that are not UTF-8 through, and reads them back", function()
-      assert.equal('"\xff\xfe\x80"', encode("\xff\xfe\x80"))
+    it("writes bytes that are not UTF-8 as U+10FE00 + byte, so the text is UTF-8, and reads them back", function()
+      assert.equal('"\u{10FEFF}\u{10FEFE}\u{10FE80}"', encode("\xff\xfe\x80"))
+      assert.equal('"a\u{10FEC3}b"', encode("a\xc3b"))                 -- a truncated sequence
+      assert.equal('"\u{10FEED}\u{10FEA0}\u{10FE80}"', encode("\xed\xa0\x80")) -- an encoded surrogate
+      assert.equal('"\u{10FEC0}\u{10FE80}"', encode("\xc0\x80"))          -- an overlong NUL
+      -- valid UTF-8 stays as it is, up to U+10FFFF
+      local text = "h\u{e9}llo \u{4e16}\u{754c} \u{1F600} \u{10FFFF} \u{10FE7F} \u{10FF00}"
+      assert.equal('"' .. text .. '"', encode(text))
+      -- a genuine U+10FE80..U+10FEFF is written byte by byte, so it reads back as itself
+      assert.equal('"\u{10FEF4}\u{10FE8F}\u{10FEBA}\u{10FE80}"', encode("\u{10FE80}"))
+      for cp = 0x10FE80, 0x10FEFF do
+        assert.equal(utf8.char(cp), decode(encode(utf8.char(cp))))
+      end
+      -- what other writers produce for those code points reads as the bytes too
+      assert.equal("\x80\xff", decode('"\\udbff\\ude80\\udbff\\udeff"'))
+      assert.equal("\xc3", decode('"\u{10FEC3}"'))
+      -- raw bytes that are not UTF-8 in a text still read as they are
+      assert.equal("\xff\xfe", decode('"\xff\xfe"'))
+    end)
+
+    it("round-trips every byte value, alone, in pairs and in random strings, values and keys", function()
+      local function both(s)
+        local out = encode(s)
+        assert.truthy(utf8.len(out), ("%q is not UTF-8"):format(out))
+        assert.equal(s, decode(out))
+        local obj = encode { [s] = s }
+        assert.truthy(utf8.len(obj), ("%q is not UTF-8"):format(obj))
+        local back = decode(obj)
+        assert.equal(s, back[s])
+      end
       local all = {}
-      for b = 0, 255 do all[#all + 1] = string.char(b) end
-      all = table.concat(all)
-      assert.equal(all, decode(encode(all)))
-      assert.equal(256, #decode(encode(all)))
+      for b = 0, 255 do
+        all[#all + 1] = string.char(b)
+        both(string.char(b))
+      end
+      both(table.concat(all))
+      for a = 0x80, 0xFF do
+        for b = 0, 255, 3 do both(string.char(a, b)) end
+      end
+      local rng = rl.rng(7)
+      for _ = 1, 2000 do
+        local bytes = {}
+        for k = 1, rng:random(12) do
+          -- mostly the bytes UTF-8 is made of, so valid and broken sequences mix
+          bytes[k] = rng:random() < 0.7 and rng:random(0x80, 0xF7) or rng:random(0, 255)
+        end
+        both(string.char(table.unpack(bytes)))
+      end
+    end)
+
+    it("writes files strict JSON readers accept (python3's json), holding the exact bytes", function()
+      local python = io.open("/usr/bin/python3", "r")
+      if not python then
+        pending("needs /usr/bin/python3")
+        return
+      end
+      python:close()
+      local rng, cases = rl.rng(11), { "\xff\xfe\x80", "ok \u{e9}", "\xc3(", "\u{10FE80}", "\xed\xa0\x80" }
+      for _ = 1, 200 do
+        local bytes = {}
+        for k = 1, rng:random(10) do bytes[k] = rng:random(0, 255) end
+        cases[#cases + 1] = string.char(table.unpack(bytes))
+      end
+      local path = os.tmpname()
+      local f = assert(io.open(path, "wb"))
+      for _, c in ipairs(cases) do f:write(encode { text = c, [c] = 1 }, "\n") end
+      f:close()
+      -- python reads the file as strict UTF-8 and JSON, and recovers each string's bytes with the
+      -- documented mapping: U+10FE80..U+10FEFF -> the byte (code point - 0x10FE00)
+      local script = os.tmpname()
+      f = assert(io.open(script, "w"))
+      f:write([[
+import json, sys
+def raw(s):
+    out = bytearray()
+    for ch in s:
+        c = ord(ch)
+        out += bytes([c - 0x10FE00]) if 0x10FE80 <= c <= 0x10FEFF else ch.encode("utf-8")
+    return bytes(out)
+with open(sys.argv[1], encoding="utf-8", errors="strict") as f:
+    for line in f:
+        rec = json.loads(line)
+        keys = [k for k in rec if k != "text"] or ["text"]
+        print(raw(rec["text"]).hex(), raw(keys[0]).hex())
+]])
+      f:close()
+      local p = assert(io.popen("/usr/bin/python3 " .. script .. " " .. path .. " 2>&1"))
+      local out = p:read("a")
+      local ok = p:close()
+      os.remove(script)
+      os.remove(path)
+      assert.is_true(ok, out)
+      local i = 0
+      for value, key in out:gmatch("(%x*) (%x*)\n") do
+        i = i + 1
+        local want = cases[i]:gsub(".", function(ch) return ("%02x"):format(ch:byte()) end)
+        assert.equal(want, value, "case " .. i)
+        if cases[i] ~= "text" then assert.equal(want, key, "case " .. i) end
+      end
+      assert.equal(#cases, i)
     end)
 
     it("writes sequences as arrays and other tables as objects with sorted keys", function()

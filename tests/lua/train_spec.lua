@@ -47,6 +47,7 @@ local function learn(lr, dir, advantage)
     model = m, tokenizer = tok, env = letter_env, dir = dir, seed = 4, steps = 15,
     tasks_per_step = 4, group_size = 16, max_turn_tokens = 1, lr = lr, minibatch = 16,
     eval = false, progress = false, plot = false, advantage = advantage, value_lr = 1e-2,
+    overwrite = true, -- the second call (lr 0) replaces the first's run folder
   }
   local first = (r.history[2].success + r.history[3].success) / 2
   local last = (r.history[#r.history].success + r.history[#r.history - 1].success) / 2
@@ -90,17 +91,53 @@ describe("rl.train", function()
     return rl.train(o), o.model
   end
 
-  for _, variant in ipairs { { name = "gigpo" }, { name = "gae", advantage = "gae" } } do
-    it("continues bit-exactly after an interruption (resume = true): " .. variant.name, function()
+  -- The resume tests' run: loaded here and, for the resumed half, in another `moonrl run`
+  -- process (whose table order, pairs(), differs from this one's). Five reward terms whose sum
+  -- depends on the order they are added in, KL to the reference, and a critic with gae.
+  local RESUME_RUN = [==[
+local rl = require "moonrl"
+local root = ...
+local guess = dofile(root .. "/envs/guess_letter.lua")
+local rewards = {
+  brevity = function(ep) return -0.013 * ep.turns end,
+  length = function(ep) return -0.0071 * ep.length end,
+  third = function() return 1 / 3 end,
+  tenth = function(ep) return 0.1 * (ep.seed % 7) end,
+  sqrt = function(ep) return math.sqrt(ep.length) / 97 end,
+}
+return function(dir, name, advantage, extra)
+  local o = { model = rl.model.new { vocab = 264, dim = 32, layers = 2, heads = 2, ffn = 64,
+      ctx = 128, seed = 2 }, tokenizer = rl.tokenizer.bytes(), env = guess, dir = dir, name = name,
+    seed = 11, steps = 4, tasks_per_step = 3, group_size = 4, max_turn_tokens = 3, lr = 1e-3,
+    minibatch = 6, epochs = 2, advantage = advantage, gamma = 0.8, kl_coef = 0.05,
+    entropy_coef = 0.001, rewards = rewards, sft = { examples = 24, epochs = 1, batch_size = 8,
+    lr = 1e-3 }, eval = { every = 2, tasks = 6, k = 2 }, progress = false }
+  for k, v in pairs(extra or {}) do o[k] = v end
+  return rl.train(o), o.model
+end
+]==]
+
+  for _, advantage in ipairs { "gigpo", "gae" } do
+    it("continues bit-exactly in another process (resume = true, reward terms, KL): " .. advantage, function()
       local dir = tmpdir()
-      local extra = function(t) t.advantage = variant.advantage or base.advantage return t end
-      local full, m_full = run(dir, "full", extra {})
-      local _, m_cut = run(dir, "cut", extra { stop_after = 2 })
-      local part = read_lines(dir .. "/cut/metrics.jsonl")
-      assert.are.equal(3, #part) -- step 0 (after SFT) and steps 1, 2
-      -- a fresh process would start from a new model: the weights must come from the checkpoint
-      local resumed, m_res = run(dir, "cut", extra { resume = true })
-      assert.are_not.equal(m_cut, m_res)
+      local config = dir .. "/run.lua"
+      local f = assert(io.open(config, "w"))
+      f:write(RESUME_RUN)
+      f:close()
+      local runner = assert(loadfile(config))(H.root)
+      local _, m_full = runner(dir, "full", advantage)
+      runner(dir, "cut", advantage, { stop_after = 2 })
+      assert.are.equal(3, #read_lines(dir .. "/cut/metrics.jsonl")) -- step 0 (after SFT), 1, 2
+      local out, _, ok = H.run_lua([[
+        local runner = loadfile(arg[1])(arg[2])
+        runner(arg[3], "cut", arg[4], { resume = true })
+      ]], config, H.root, dir, advantage)
+      assert.is_true(ok, out)
+      -- the weights the other process saved last equal the uninterrupted run's
+      local state = rl.json.decode(assert(io.open(dir .. "/cut/state.json")):read("a"))
+      assert.are.equal(4, state.step)
+      local m_res = model()
+      assert.are.equal(4, m_res:load_checkpoint(dir .. "/cut/" .. state.checkpoint))
       local a, b = m_full:parameters(), m_res:parameters()
       local n = 0
       for name, w in pairs(a) do
@@ -108,6 +145,8 @@ describe("rl.train", function()
         n = n + 1
       end
       assert.is_true(n > 5)
+      local full_state = rl.json.decode(assert(io.open(dir .. "/full/state.json")):read("a"))
+      assert.are.equal(rl.json.encode(full_state.value_head), rl.json.encode(state.value_head))
       local lf, lr = read_lines(dir .. "/full/metrics.jsonl"), read_lines(dir .. "/cut/metrics.jsonl")
       assert.are.equal(#lf, #lr)
       for i, rec in ipairs(lf) do
@@ -117,10 +156,49 @@ describe("rl.train", function()
           end
         end
       end
-      assert.are.equal(full.after["eval/greedy_success"], resumed.after["eval/greedy_success"])
+      assert.is_number(lf[2]["reward/sqrt"])
+      assert.is_number(lf[5]["eval/greedy_success"])
       H.sh("rm -rf " .. H.shell_quote(dir))
     end)
   end
+
+  it("adds reward terms in a defined order: names sorted, or a list's own order", function()
+    local terms = require("moonrl.train.reward").terms
+    local f = function() return 0 end
+    local names = {}
+    for _, t in ipairs(terms { zeta = f, alpha = f, Mid = f, beta = f, ["a.b"] = f }) do
+      names[#names + 1] = t.name
+    end
+    assert.are.same({ "Mid", "a.b", "alpha", "beta", "zeta" }, names)
+    names = {}
+    for _, t in ipairs(terms { { name = "zeta", fn = f }, { name = "alpha", fn = f } }) do
+      names[#names + 1] = t.name
+    end
+    assert.are.same({ "zeta", "alpha" }, names)
+    -- each total is the sum in that order, exactly (0.1 + 0.2 + 0.3 ~= 0.3 + 0.2 + 0.1)
+    local seen = {}
+    local function last(ep) seen[#seen + 1] = { ep.env_reward, ep.reward } return 0 end
+    local k = function(x) return function() return x end end
+    local dir = tmpdir()
+    local function train(name, rewards)
+      seen = {}
+      rl.train { model = rl.model.new { vocab = 264, dim = 32, layers = 1, heads = 2, ffn = 64, ctx = 32,
+        seed = 3 }, tokenizer = tok, env = letter_env, dir = dir, name = name, steps = 1,
+        tasks_per_step = 2, group_size = 2, max_turn_tokens = 1, eval = false, progress = false,
+        plot = false, rewards = rewards }
+      assert.are.equal(4, #seen)
+      return seen
+    end
+    for _, s in ipairs(train("list", { { name = "z", fn = k(0.1) }, { name = "y", fn = k(0.2) },
+      { name = "x", fn = k(0.3) }, { name = "w", fn = last } })) do
+      assert.are.equal(((s[1] + 0.1) + 0.2) + 0.3, s[2])
+    end
+    for _, s in ipairs(train("map", { a = k(0.3), b = k(0.2), c = k(0.1), zz = last })) do
+      assert.are.equal(((s[1] + 0.3) + 0.2) + 0.1, s[2])
+    end
+    assert.are_not.equal(((0 + 0.1) + 0.2) + 0.3, ((0 + 0.3) + 0.2) + 0.1)
+    H.sh("rm -rf " .. H.shell_quote(dir))
+  end)
 
   it("writes metrics, readable episodes, an SVG curve and one checkpoint", function()
     local dir = tmpdir()
@@ -241,7 +319,7 @@ describe("rl.train", function()
     end
     return out
   end
-  local advantages = require("moonrl.train")._advantages
+  local advantages = rl.train.advantage.compute
 
   it("BEACON: milestone segments are compared among episodes of a task (advantage = \"beacon\")", function()
     local rec = function(ms) local r = {} for k, m in ipairs(ms) do r[k] = { reward = 0, info = { milestone = m } } end return r end
@@ -314,14 +392,21 @@ describe("rl.train", function()
     assert.is_true(v2[1][1] > 0)
   end)
 
+  -- The message rl.train raises for base options plus extra (small sizes, so that a version
+  -- that ignored a bad option would still end soon).
+  local function train_error(extra)
+    local dir = tmpdir()
+    local o = { model = model(), tokenizer = tok, env = guess, progress = false, dir = dir,
+      steps = 1, tasks_per_step = 1, group_size = 2, max_turn_tokens = 1, eval = false }
+    for k, v in pairs(extra) do o[k] = v end
+    local ok, msg = pcall(rl.train, o)
+    H.sh("rm -rf " .. H.shell_quote(dir))
+    assert.is_false(ok, "rl.train accepted the options")
+    return msg
+  end
+
   it("names bad options", function()
-    local function err(extra)
-      local o = { model = model(), tokenizer = tok, env = guess, progress = false }
-      for k, v in pairs(extra) do o[k] = v end
-      local ok, msg = pcall(rl.train, o)
-      assert.is_false(ok)
-      return msg
-    end
+    local err = train_error
     assert.matches("advantage: unknown estimator", err { advantage = "magic" })
     assert.matches("steps: a positive integer", err { steps = 0 })
     assert.matches("name: letters", err { name = "../x" })
@@ -333,10 +418,363 @@ describe("rl.train", function()
     assert.matches("tree: turn must be less than max_turns", err { tree = { turn = 4, k = 2 }, group_size = 4 })
     assert.matches("lam: a number in %[0, 1%]", err { advantage = "gae", lam = 1.5 })
     assert.matches("value_clip", err { advantage = "gae", value_clip = -1 })
-    assert.matches("fatal: true or", err { fatal = { threshold = 0 } })
+    assert.matches("fatal.threshold: a positive integer expected, got 0", err { fatal = { threshold = 0 } })
+    assert.matches("fatal: true or false or a table", err { fatal = "yes" })
     assert.matches("milestone.mode", err { advantage = "beacon", milestone = { mode = "x" } })
     local ok, msg = pcall(rl.train, { tokenizer = tok, env = guess })
     assert.is_false(ok)
     assert.matches("model", msg)
   end)
+
+  it("refuses unknown options, naming the nearest known one (top level and every table option)", function()
+    local function unknown(extra, want)
+      local msg = train_error(extra)
+      assert.truthy(msg:find(want, 1, true), msg)
+    end
+    unknown({ lr_rate = 1e-3 }, "train: unknown option 'lr_rate' (did you mean 'lr'?)")
+    unknown({ temprature = 0.7 }, "unknown option 'temprature' (did you mean 'temperature'?)")
+    unknown({ grop_size = 4 }, "unknown option 'grop_size' (did you mean 'group_size'?)")
+    unknown({ learning_rate = 1e-3 }, "unknown option 'learning_rate'")
+    assert.is_nil(train_error({ learning_rate = 1e-3 }):find("did you mean", 1, true))
+    unknown({ sft = { examples = 4, epoch = 1 } }, "unknown option 'sft.epoch' (did you mean 'sft.epochs'?)")
+    unknown({ eval = { evry = 2, tasks = 2 } }, "unknown option 'eval.evry' (did you mean 'eval.every'?)")
+    unknown({ tree = { turn = 1, k = 2, kk = 2 } }, "unknown option 'tree.kk' (did you mean 'tree.k'?)")
+    unknown({ advantage = "beacon", milestone = { gama = 0.9 } },
+      "unknown option 'milestone.gama' (did you mean 'milestone.gamma'?)")
+    unknown({ fatal = { treshold = 2 } }, "unknown option 'fatal.treshold' (did you mean 'fatal.threshold'?)")
+    unknown({ overlong = { max_len = 8, buffer = 2, factr = 1 } },
+      "unknown option 'overlong.factr' (did you mean 'overlong.factor'?)")
+    unknown({ rewards = { { name = "a", fn = function() return 0 end, weight = 2 } } },
+      "rewards[1]: unknown option 'weight'")
+    unknown({ advantage = "grpoo" }, "advantage: unknown estimator 'grpoo' (did you mean 'grpo'?)")
+  end)
+
+  it("checks the type of every option and raises at the caller's line", function()
+    local line
+    local ok, msg = pcall(function()
+      line = debug.getinfo(1, "l").currentline + 1
+      rl.train { model = 1, tokenizer = tok, env = guess, eval = false, steps = 1 }
+    end)
+    assert.is_false(ok)
+    assert.truthy(msg:find("train_spec.lua:" .. line .. ": train: model: an rl.model expected, got 1",
+      1, true), msg)
+    local err = train_error
+    assert.matches("tokenizer: an rl.tokenizer expected, got \"bytes\"", err { tokenizer = "bytes" })
+    assert.matches("tokenizer: an rl.tokenizer expected, got a moonrl.model", err { tokenizer = model() })
+    assert.matches("steps: a positive integer expected, got 1.5", err { steps = 1.5 })
+    assert.matches("lr: a non%-negative number expected, got \"0.1\"", err { lr = "0.1" })
+    assert.matches("temperature: a non%-negative number expected, got %-?nan", err { temperature = 0 / 0 })
+    assert.matches("on_step: a function expected, got 3", err { on_step = 3 })
+    assert.matches("eval: false or a table", err { eval = 5 })
+    assert.matches("sft: false or a table", err { sft = true })
+    assert.matches("sft.lr: a non%-negative number expected, got %-1", err { sft = { lr = -1 } })
+    assert.matches("resume: true or false or \"force\" expected, got \"yes\"", err { resume = "yes" })
+    assert.matches("loss: one of \"ppo\"", err { loss = "ppo2" })
+    assert.matches("kl: one of", err { kl = "k4" })
+    assert.matches("schedule: one of \"constant\", \"cosine\"", err { schedule = "linear" })
+    assert.matches("advantage: a registered estimator's name or a function", err { advantage = 3 })
+    assert.matches("rewards.a: a function%(episode%) %-> number expected, got 1", err { rewards = { a = 1 } })
+    assert.matches("rewards.mean: 'mean' is a built%-in term's name", err { rewards = { mean = function() return 0 end } })
+    assert.matches("tasks: a function%(ctx, step, n, seed%)", err { tasks = 4 })
+    assert.matches("checkpoint.load: a function expected %(it is required%)",
+      err { checkpoint = { save = function() end } })
+    assert.matches("overlong.buffer: a positive integer expected %(it is required%)", err { overlong = { max_len = 8 } })
+    assert.matches("sft: the environment letter has no oracle", err { env = letter_env, sft = { examples = 4 } })
+  end)
+
+  -- A small run of the letter environment in dir/name.
+  local function letter_run(dir, extra)
+    local o = { model = rl.model.new { vocab = 264, dim = 32, layers = 1, heads = 2, ffn = 64, ctx = 32,
+      seed = 3 }, tokenizer = tok, env = letter_env, dir = dir, name = "again", seed = 4, steps = 3,
+      tasks_per_step = 2, group_size = 4, max_turn_tokens = 1, lr = 1e-2, eval = false, progress = false }
+    for k, v in pairs(extra or {}) do o[k] = v end
+    return rl.train(o)
+  end
+  local function slurp(path)
+    local f = io.open(path, "rb")
+    if not f then return nil end
+    local text = f:read("a")
+    f:close()
+    return text
+  end
+
+  it("never replaces an earlier run's files unless told to (overwrite = true)", function()
+    local dir = tmpdir()
+    letter_run(dir)
+    local run = dir .. "/again"
+    assert(io.open(run .. "/notes.txt", "w")):close() -- the user's own file
+    local names = { "state.json", "metrics.jsonl", "episodes.jsonl", "curve.svg", "checkpoint-000003.bin" }
+    local before = {}
+    for _, n in ipairs(names) do before[n] = assert(slurp(run .. "/" .. n), n) end
+    local function unchanged()
+      for _, n in ipairs(names) do assert.are.equal(before[n], slurp(run .. "/" .. n), n) end
+      assert.is_string(slurp(run .. "/notes.txt"))
+    end
+    -- a fresh run of the same name is refused, at the recipe's line, and touches nothing
+    local line
+    local ok, msg = pcall(function()
+      line = debug.getinfo(1, "l").currentline + 1
+      letter_run(dir, { seed = 5 })
+    end)
+    assert.is_false(ok)
+    assert.truthy(msg:find("train_spec.lua:" .. line .. ": train: " .. run .. " holds an earlier run", 1, true), msg)
+    assert.truthy(msg:find("overwrite = true", 1, true) and msg:find("resume = true", 1, true), msg)
+    assert.truthy(msg:find("state.json", 1, true), msg)
+    unchanged()
+    -- overwrite = true with an option that fails its check: still nothing touched
+    ok, msg = pcall(letter_run, dir, { seed = 5, overwrite = true, sft = { examples = 4 } })
+    assert.is_false(ok)
+    assert.matches("no oracle", msg)
+    unchanged()
+    -- resume = true on a finished run continues it (nothing left to do) and keeps its files
+    letter_run(dir, { resume = true })
+    unchanged()
+    -- overwrite = true replaces the run's files and leaves the user's
+    letter_run(dir, { seed = 5, steps = 2, overwrite = true })
+    local state = rl.json.decode(slurp(run .. "/state.json"))
+    assert.are.equal(2, state.step)
+    assert.are.equal("checkpoint-000002.bin", state.checkpoint)
+    assert.is_nil(slurp(run .. "/checkpoint-000003.bin"))
+    assert.are.equal(3, #read_lines(run .. "/metrics.jsonl"))
+    assert.are_not.equal(before["episodes.jsonl"], slurp(run .. "/episodes.jsonl"))
+    assert.is_string(slurp(run .. "/notes.txt"))
+    H.sh("rm -rf " .. H.shell_quote(dir))
+  end)
+
+  it("puts the KL of the untempered policy in the reward (kl_reward_coef): ~0 while it is the reference", function()
+    for _, sampling in ipairs { { temperature = 0.7 }, { top_p = 0.8 }, { temperature = 0.7, top_p = 0.9 },
+      { temperature = 1.3, top_k = 20 } } do
+      local dir = tmpdir()
+      local seen = {}
+      local o = { model = rl.model.new { vocab = 264, dim = 32, layers = 1, heads = 2, ffn = 64, ctx = 32,
+        seed = 3 }, tokenizer = tok, env = letter_env, dir = dir, seed = 4, steps = 1, tasks_per_step = 4,
+        group_size = 4, max_turn_tokens = 4, kl_reward_coef = 1, eval = false, progress = false,
+        plot = false, on_step = function(_, mt) seen[#seen + 1] = mt end }
+      for k, v in pairs(sampling) do o[k] = v end
+      rl.train(o)
+      -- step 1 scores the batch before any update: the policy is still the reference
+      local pen = seen[1]["reward/kl_penalty"]
+      assert.is_number(pen)
+      assert.is_true(math.abs(pen) < 1e-6, string.format("%s: KL penalty %g", next(sampling), pen))
+      assert.is_true(seen[1].sampled_tokens >= 16)
+      H.sh("rm -rf " .. H.shell_quote(dir))
+    end
+  end)
+
+  it("keeps the options in state.json and refuses to resume with others unless resume = \"force\"", function()
+    local dir = tmpdir()
+    letter_run(dir, { stop_after = 1, rewards = { { name = "short", fn = function(ep) return -0.01 * ep.length end } } })
+    local path = dir .. "/again/state.json"
+    local state = rl.json.decode(slurp(path))
+    assert.are.equal(0.01, state.options.lr)
+    assert.are.equal("grpo", state.options.advantage)
+    assert.are.equal("letter", state.options.env)
+    assert.are.same({ "short" }, state.options.rewards)
+    assert.is_nil(state.options.stop_after)
+    local saved = slurp(path)
+    local terms = { { name = "short", fn = function(ep) return -0.01 * ep.length end } }
+    local function refused(extra, wants)
+      extra.resume, extra.rewards = extra.resume or true, extra.rewards or terms
+      local line
+      local ok, msg = pcall(function()
+        line = debug.getinfo(1, "l").currentline + 1
+        letter_run(dir, extra)
+      end)
+      assert.is_false(ok, "resumed")
+      assert.truthy(msg:find("train_spec.lua:" .. line .. ": train: resume: the options differ", 1, true), msg)
+      for _, w in ipairs(wants) do assert.truthy(msg:find(w, 1, true), msg) end
+      assert.truthy(msg:find('resume = "force"', 1, true), msg)
+      assert.are.equal(saved, slurp(path)) -- nothing was touched
+    end
+    refused({ lr = 0.02 }, { "lr (0.01, now 0.02)" })
+    refused({ advantage = "rloo" }, { 'advantage ("grpo", now "rloo")' })
+    refused({ lr = 0.02, advantage = "rloo", group_size = 2 },
+      { "group_size (4, now 2)", "advantage (", "lr (0.01, now 0.02)" })
+    refused({ rewards = { { name = "shorter", fn = terms[1].fn } } }, { 'rewards (["short"], now ["shorter"])' })
+    refused({ sft = false, top_p = 0.9 }, { "top_p (unset, now 0.9)" })
+    -- what only says how to run may change: progress, plot, log_episodes, checkpoint_every, stop_after
+    letter_run(dir, { resume = true, rewards = terms, plot = false, log_episodes = 1, checkpoint_every = 1,
+      stop_after = 2 })
+    assert.are.equal(2, rl.json.decode(slurp(path)).step)
+    -- resume = "force" continues with the new options, which state.json then keeps
+    letter_run(dir, { resume = "force", rewards = terms, lr = 0.02 })
+    state = rl.json.decode(slurp(path))
+    assert.are.equal(3, state.step)
+    assert.are.equal(0.02, state.options.lr)
+    H.sh("rm -rf " .. H.shell_quote(dir))
+  end)
+
+  it("reports write errors in its files (metrics, episodes, curve, state) naming the file", function()
+    -- after step 1, the file is swapped for one that cannot be written: a link to /dev/full (a
+    -- full disk) or a folder in its place (the atomic rename fails); step 2 must raise
+    local function broken(name, how)
+      local dir = tmpdir()
+      local path = dir .. "/again/" .. name
+      local ok, msg = pcall(letter_run, dir, { checkpoint_every = 1, on_step = function(step)
+        if step == 1 then
+          os.remove(path)
+          if how == "full" then H.sh("ln -s /dev/full " .. H.shell_quote(path)) else assert(rl.fs.mkdir(path)) end
+        end
+      end })
+      H.sh("rm -rf " .. H.shell_quote(dir))
+      assert.is_false(ok, name .. " could not be written, and nobody said so")
+      assert.truthy(msg:find("train: " .. path .. ": ", 1, true), msg)
+      return msg
+    end
+    assert.matches("[Ss]pace", broken("metrics.jsonl", "full"))
+    assert.matches("[Ss]pace", broken("episodes.jsonl", "full"))
+    broken("curve.svg", "folder")
+    broken("state.json", "folder")
+  end)
+
+  it("writes valid UTF-8 JSON when the policy emits broken bytes, and rl.json.decode restores them", function()
+    -- a fresh byte-level policy samples arbitrary bytes: most replies are not UTF-8
+    local dir = tmpdir()
+    local sampled = {}
+    letter_run(dir, { max_turn_tokens = 6, log_episodes = 8, rewards = { seen = function(ep)
+      sampled[ep.record[1].action] = true
+      return 0
+    end } })
+    local path = dir .. "/again/episodes.jsonl"
+    local text = slurp(path)
+    assert.truthy(utf8.len(text), "episodes.jsonl is not UTF-8")
+    local broken = 0
+    for _, ep in ipairs(read_lines(path)) do
+      local action = ep.record[1].action
+      assert.is_true(sampled[action] == true, ("%q was not sampled"):format(action))
+      if not utf8.len(action) then broken = broken + 1 end
+    end
+    assert.is_true(broken > 0, "no episode had broken bytes")
+    assert.truthy(utf8.len(slurp(dir .. "/again/state.json")))
+    assert.truthy(utf8.len(slurp(dir .. "/again/metrics.jsonl")))
+    local python = io.open("/usr/bin/python3", "r")
+    if python then
+      python:close()
+      local out, _, ok = H.run("/usr/bin/python3 -c 'import json, sys; "
+        .. "[json.loads(l) for l in open(sys.argv[1], encoding=\"utf-8\", errors=\"strict\")]; print(\"read\")' "
+        .. H.shell_quote(path))
+      assert.is_true(ok, out)
+      assert.matches("read", out)
+    end
+    H.sh("rm -rf " .. H.shell_quote(dir))
+  end)
+
+  -- An advantage stage in Lua: each episode's reward less the mean of the others of its group.
+  local function leave_one_out(_, batch)
+    local sum, count = {}, {}
+    for _, ep in ipairs(batch.episodes) do
+      sum[ep.group], count[ep.group] = (sum[ep.group] or 0) + ep.reward, (count[ep.group] or 0) + 1
+    end
+    local per_episode = {}
+    for i, ep in ipairs(batch.episodes) do
+      local n = count[ep.group]
+      per_episode[i] = n > 1 and ep.reward - (sum[ep.group] - ep.reward) / (n - 1) or 0
+    end
+    local adv = rl.tensor.zeros(batch.mask:numel())
+    for i = 1, batch:size() do
+      local a, b = batch:range(i)
+      for p = a, b do if batch.mask:get(p) ~= 0 then adv:set(p, per_episode[i]) end end
+    end
+    return adv, per_episode
+  end
+
+  it("learns with the advantage stage a Lua function and the task stage its own sampler", function()
+    local calls = { adv = 0 }
+    local sampler = { drawn = 0, updates = 0, seen = {} }
+    function sampler:sample(ctx, step, n, seed)
+      assert.are.equal(letter_env, ctx.cfg.env)
+      assert.is_true(math.type(seed) == "integer")
+      local out = {}
+      for k = 1, n do
+        self.drawn = self.drawn + 1
+        out[k] = { i = self.drawn, step = step }
+      end
+      return out
+    end
+    function sampler:update(_, step, batch)
+      self.updates = self.updates + 1
+      for _, ep in ipairs(batch.episodes) do self.seen[ep.task.step] = step end
+    end
+    function sampler:state() return { drawn = self.drawn } end
+    function sampler:load(s) self.drawn = s.drawn end
+    local dir = tmpdir()
+    local m = rl.model.new { vocab = 264, dim = 32, layers = 1, heads = 2, ffn = 64, ctx = 32, seed = 3 }
+    local r = rl.train {
+      model = m, tokenizer = tok, env = letter_env, dir = dir, seed = 4, steps = 15,
+      tasks_per_step = 4, group_size = 16, max_turn_tokens = 1, lr = 1e-2, minibatch = 16,
+      eval = false, progress = false, plot = false, tasks = sampler,
+      advantage = function(ctx, batch) calls.adv = calls.adv + 1 return leave_one_out(ctx, batch) end,
+    }
+    local first = (r.history[2].success + r.history[3].success) / 2
+    local last = (r.history[#r.history].success + r.history[#r.history - 1].success) / 2
+    assert.is_true(first < 0.4, "success at the start " .. first)
+    assert.is_true(last > 0.8, "success at the end " .. last)
+    assert.are.equal(15, calls.adv)
+    assert.are.equal(15 * 4, sampler.drawn)
+    assert.are.equal(15, sampler.updates)
+    for step = 1, 15 do assert.are.equal(step, sampler.seen[step]) end -- each step had its tasks
+    local state = rl.json.decode(slurp(dir .. "/letter/state.json"))
+    assert.are.same({ drawn = 60 }, state.tasks)
+    assert.are.equal("<function>", state.options.advantage)
+    assert.are.equal("<object>", state.options.tasks)
+    H.sh("rm -rf " .. H.shell_quote(dir))
+  end)
+
+  it("registers estimators by name, the built-ins among them, and checks what it is given", function()
+    local A = rl.train.advantage
+    for _, name in ipairs { "grpo", "rloo", "gigpo", "beacon", "gae" } do assert.is_table(A.get(name)) end
+    assert.is_true(A.get("gae").critic)
+    A.register("spec_loo", leave_one_out)
+    local found = false
+    for _, name in ipairs(A.names()) do found = found or name == "spec_loo" end
+    assert.is_true(found)
+    local dir = tmpdir()
+    local seen = {}
+    letter_run(dir, { advantage = "spec_loo", steps = 2, on_step = function(_, mt) seen[#seen + 1] = mt end })
+    assert.are.equal(2, #seen)
+    assert.is_number(seen[1]["adv/abs_max"])
+    -- an estimator that returns the wrong thing is named
+    A.register("spec_bad", function() return 1, {} end)
+    local ok, msg = pcall(letter_run, dir, { advantage = "spec_bad", overwrite = true })
+    assert.is_false(ok)
+    assert.matches("advantage spec_bad: per%-token advantages expected", msg)
+    assert.matches("register: name: a string", H.error_of(A.register, 3, leave_one_out))
+    assert.matches("register: fn: a function", H.error_of(A.register, "x", 3))
+    assert.matches("register: opts: unknown option 'critc'", H.error_of(A.register, "x", leave_one_out, { critc = true }))
+    H.sh("rm -rf " .. H.shell_quote(dir))
+  end)
+
+  it("calls a recipe's evaluate, log, reward, rollout and checkpoint stages in place of its own", function()
+    local dir = tmpdir()
+    local logged, evals, saved, rolled = {}, {}, {}, 0
+    local stages = rl.train
+    letter_run(dir, { steps = 4, eval = { every = 2 },
+      evaluate = function(_, step) evals[#evals + 1] = step return { score = step / 10 } end,
+      log = function(ctx, step, mt, batch)
+        logged[#logged + 1] = { step = step, has_batch = batch ~= nil, eval = mt["eval/score"] }
+        assert.are.equal(mt, ctx.state.history[#ctx.state.history])
+      end,
+      reward = function(ctx, batch, step)
+        local terms = stages.reward.run(ctx, batch, step)
+        for _, ep in ipairs(batch.episodes) do ep.reward = ep.reward + 0.5 end
+        terms.bonus = 0.5
+        return terms
+      end,
+      rollout = function(ctx, req)
+        rolled = rolled + 1
+        return stages.rollout.run(ctx, req)
+      end,
+      checkpoint = { save = function(ctx, step) saved[#saved + 1] = step assert.is_table(ctx.state.history) end,
+        load = function() return nil end } })
+    assert.are.same({ 0, 2, 4 }, evals)
+    assert.are.equal(5, #logged)
+    assert.are.same({ step = 0, has_batch = false, eval = 0 }, logged[1])
+    assert.are.same({ step = 2, has_batch = true, eval = 0.2 }, logged[3])
+    assert.are.same({ 0, 2, 4 }, saved) -- every eval.every steps, and the last
+    assert.are.equal(4, rolled)
+    assert.is_nil(slurp(dir .. "/again/metrics.jsonl")) -- the default log did not run
+    assert.is_nil(slurp(dir .. "/again/state.json"))    -- nor the default checkpoint
+    H.sh("rm -rf " .. H.shell_quote(dir))
+  end)
 end)
+

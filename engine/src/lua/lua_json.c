@@ -23,11 +23,19 @@
  * a float is written with the shortest of %.14g..%.17g that reads back as the same double, and
  * with ".0" added when that text would read back as an integer, so decode(encode(x)) == x and
  * keeps math.type: 2.0 -> "2.0", -0.0 -> "-0.0" (the sign survives), 1e300 -> "1e+300".
- * Strings: " \ and control characters are escaped (\n \r \t \b \f, others \u00XX); every other
- * byte is written as it is, so text that is not UTF-8 stays not UTF-8 (and reads back the same
- * through decode, which copies raw bytes). */
+ * Strings: " \ and control characters are escaped (\n \r \t \b \f, others \u00XX) and valid UTF-8
+ * is written as it is. The output is always valid UTF-8, whatever the bytes: each byte b of a
+ * string that is not part of a valid UTF-8 sequence (a policy's broken bytes) is written as the
+ * private-use code point U+10FE00 + b (b in 0x80..0xFF, so U+10FE80..U+10FEFF, the bytes
+ * F4 8F BA/BB xx), and so is each byte of a genuine U+10FE80..U+10FEFF, which keeps the mapping
+ * reversible. Strict readers (Python's json, jq, serde, Go) accept the file; decode turns those
+ * code points back into the bytes, so decode(encode(s)) == s for every byte string. Lone
+ * surrogate escapes (\udcXX, Python's surrogateescape) were not used: some readers reject them
+ * or replace them with U+FFFD, and a Python str holding them cannot be printed or re-encoded.
+ * decode also reads raw bytes that are not UTF-8 as they are. */
 #include "json.h"
 #include "lua_internal.h"
+#include "utf8.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -38,6 +46,9 @@
 #define ARRAY_MT "moonrl.json.array"   /* the array mark */
 
 enum { MAX_ENCODE_DEPTH = 200 };
+
+/* Bytes that are not UTF-8 travel as U+10FE00 + byte (see the top): F4 8F BA|BB 80..BF. */
+enum { RAW_BYTE_BASE = 0x10FE00, RAW_BYTE_FIRST = 0x10FE80, RAW_BYTE_LAST = 0x10FEFF };
 
 static char json_null; /* its address is rl.json.null */
 
@@ -70,6 +81,29 @@ static int doc_box_free(lua_State *L) {
   return 0;
 }
 
+/* Pushes s[0..n) as a Lua string, each U+10FE80..U+10FEFF turned back into the byte it stands
+ * for. */
+static void push_string(lua_State *L, const char *s, size_t n) {
+  if (!memchr(s, 0xF4, n)) {
+    lua_pushlstring(L, s, n);
+    return;
+  }
+  luaL_Buffer buf;
+  char *out = luaL_buffinitsize(L, &buf, n);
+  size_t k = 0;
+  for (size_t i = 0; i < n; i++) {
+    const unsigned char *u = (const unsigned char *)s + i;
+    if (u[0] == 0xF4 && n - i >= 4 && u[1] == 0x8F && (u[2] == 0xBA || u[2] == 0xBB) &&
+        (u[3] & 0xC0) == 0x80) {
+      out[k++] = (char)((u[2] == 0xBA ? 0x80 : 0xC0) | (u[3] & 0x3F));
+      i += 3;
+    } else {
+      out[k++] = s[i];
+    }
+  }
+  luaL_pushresultsize(&buf, k);
+}
+
 /* Pushes v as a Lua value; array_mt is the stack index of the array mark. */
 static void push_value(lua_State *L, const mrl_json *v, int array_mt) {
   luaL_checkstack(L, 4, "json.decode: nested too deeply");
@@ -83,7 +117,7 @@ static void push_value(lua_State *L, const mrl_json *v, int array_mt) {
     else
       lua_pushnumber(L, (lua_Number)v->number);
     break;
-  case MRL_JSON_STRING: lua_pushlstring(L, v->string, v->length); break;
+  case MRL_JSON_STRING: push_string(L, v->string, v->length); break;
   case MRL_JSON_ARRAY:
     lua_createtable(L, v->length > INT32_MAX ? INT32_MAX : (int)v->length, 0);
     for (size_t i = 0; i < v->length; i++) {
@@ -96,7 +130,7 @@ static void push_value(lua_State *L, const mrl_json *v, int array_mt) {
   case MRL_JSON_OBJECT:
     lua_createtable(L, 0, v->length > INT32_MAX ? INT32_MAX : (int)v->length);
     for (size_t i = 0; i < v->length; i++) { /* in order: a repeated key keeps its last value */
-      lua_pushlstring(L, v->keys[i], v->key_lengths[i]);
+      push_string(L, v->keys[i], v->key_lengths[i]);
       push_value(L, &v->items[i], array_mt);
       lua_rawset(L, -3);
     }
@@ -198,11 +232,33 @@ static void put_newline(encoder *enc, int level) {
   b->len += n;
 }
 
+/* Writes the len bytes at s as U+10FE00 + byte each (see the top). */
+static void put_raw_bytes(encoder *enc, const char *s, size_t len) {
+  for (size_t j = 0; j < len; j++) {
+    char utf8[4];
+    put(enc, utf8, mrl__utf8_encode(utf8, RAW_BYTE_BASE + (unsigned char)s[j]));
+  }
+}
+
 static void put_string(encoder *enc, const char *s, size_t n) {
   put_char(enc, '"');
   size_t run = 0; /* bytes before s[i] not yet written, that need no escape */
   for (size_t i = 0; i < n; i++) {
     unsigned char c = (unsigned char)s[i];
+    if (c >= 0x80) {
+      uint32_t cp;
+      size_t len = mrl__utf8_decode((const unsigned char *)s + i, n - i, &cp);
+      if (cp != MRL_UTF8_INVALID && (cp < RAW_BYTE_FIRST || cp > RAW_BYTE_LAST)) {
+        run += len; /* valid UTF-8: as it is */
+        i += len - 1;
+        continue;
+      }
+      put(enc, s + i - run, run);
+      run = 0;
+      put_raw_bytes(enc, s + i, len);
+      i += len - 1;
+      continue;
+    }
     if (c >= 0x20 && c != '"' && c != '\\') {
       run++;
       continue;

@@ -1,0 +1,270 @@
+-- moonrl.train.advantage: the advantage stage and its registry of estimators.
+--
+-- An estimator is fn(ctx, batch) -> adv, per_episode: adv a flat tensor like batch.mask holding
+-- each sampled token's advantage (0 elsewhere), per_episode a list of one number per episode
+-- (logged: adv/abs_max; an all-zero list skips the update). Each episode's score is
+-- ep.reward - (ep.kl_penalty or 0) (M.scores). The built-in estimators are registered below
+-- exactly as a recipe registers its own:
+--   rl.train.advantage.register("mine", function(ctx, batch) ... end [, {critic = true}])
+--   rl.train{..., advantage = "mine"}      -- or advantage = function(ctx, batch) ... end
+-- critic = true gives the run a value head (ctx.value, moonrl.train.critic), trained by the
+-- update on batch.critic = {old_values =, returns =} (flat tensors like batch.mask), which the
+-- estimator sets.
+local core = require "moonrl.core"
+local critic = require "moonrl.train.critic"
+
+local M = {}
+
+local registry = {}
+
+-- register(name, fn [, {critic = false}]): adds an estimator (or replaces one of that name).
+function M.register(name, fn, opts)
+  if type(name) ~= "string" or not name:match("^[%w_.%-]+$") then
+    error("advantage.register: name: a string of letters, digits, '_', '.', '-' expected", 2)
+  end
+  if type(fn) ~= "function" then
+    error("advantage.register: fn: a function(ctx, batch) -> adv, per_episode expected", 2)
+  end
+  if opts ~= nil and type(opts) ~= "table" then
+    error("advantage.register: opts: a table {critic = boolean} expected", 2)
+  end
+  for k, v in pairs(opts or {}) do
+    if k ~= "critic" then
+      error("advantage.register: opts: unknown option '" .. tostring(k) .. "' (known: critic)", 2)
+    end
+    if type(v) ~= "boolean" then error("advantage.register: opts.critic: a boolean expected", 2) end
+  end
+  registry[name] = { name = name, fn = fn, critic = (opts and opts.critic) or false }
+end
+
+-- The estimator registered under name ({name =, fn =, critic =}), or nil.
+function M.get(name) return registry[name] end
+
+-- The registered names, sorted.
+function M.names()
+  local out = {}
+  for name in pairs(registry) do out[#out + 1] = name end
+  table.sort(out)
+  return out
+end
+
+-- Each episode's score (its reward less its KL penalty) and prompt group.
+function M.scores(batch)
+  local scores, groups = {}, {}
+  for i, ep in ipairs(batch.episodes) do
+    scores[i], groups[i] = ep.reward - (ep.kl_penalty or 0), ep.group
+  end
+  return scores, groups
+end
+
+-- ---------------------------------------------------------------- outcome estimators
+
+-- One value per episode (rl.objective.advantage), which each of its sampled tokens gets.
+local function outcome(method)
+  return function(ctx, batch)
+    local scores, groups = M.scores(batch)
+    local a = core.objective.advantage { method = method, scores = scores, groups = groups,
+      counts = batch:sampled_counts(), epsilon = ctx.cfg.adv_epsilon }
+    return core.objective.broadcast { values = a, mask = batch.mask, offsets = batch.offsets }, a
+  end
+end
+
+for _, method in ipairs { "grpo", "drgrpo", "rloo", "opo", "gpg", "grpo_passk",
+  "reinforce_plus_plus_baseline", "reinforce_plus_plus" } do
+  M.register(method, outcome(method))
+end
+
+-- ---------------------------------------------------------------- per-turn estimators
+
+-- One row per turn of each episode: rows[r] = {episode =, turn = 0-based, record =}, and
+-- index[i][turn] = r.
+local function turn_rows(batch)
+  local rows, index = {}, {}
+  for i, ep in ipairs(batch.episodes) do
+    index[i] = {}
+    for k = 1, math.max(ep.turns, #ep.record) do
+      rows[#rows + 1] = { episode = i, turn = k - 1, record = ep.record[k] }
+      index[i][k - 1] = #rows
+    end
+  end
+  return rows, index
+end
+M.turn_rows = turn_rows
+
+-- Per-row values -> a flat per-token tensor (each sampled token gets its turn's value) and the
+-- mean over each episode's sampled tokens.
+local function rows_to_tokens(batch, index, values)
+  local n, mask, turns = batch:size(), batch.mask, batch.turns
+  local adv = core.tensor.zeros(math.max(batch.offsets[n + 1], 1)):narrow(1, 1, batch.offsets[n + 1])
+  local per_episode = {}
+  for i = 1, n do
+    local sum, cnt = 0, 0
+    for p = batch.offsets[i] + 1, batch.offsets[i + 1] do
+      if mask:get(p) ~= 0 then
+        local row = index[i][math.floor(turns:get(p))]
+        local v = row and values[row] or 0
+        adv:set(p, v)
+        sum, cnt = sum + v, cnt + 1
+      end
+    end
+    per_episode[i] = cnt > 0 and sum / cnt or 0
+  end
+  return adv, per_episode
+end
+M.rows_to_tokens = rows_to_tokens
+
+-- GiGPO: one row per turn, anchored on the state the turn acted on (its state_key, else its
+-- turn number): the episode term plus the step term among turns from the same state.
+M.register("gigpo", function(ctx, batch)
+  local c = ctx.cfg
+  local scores, groups = M.scores(batch)
+  local rows, index = turn_rows(batch)
+  local rs, rr, rg, ra, rt = {}, {}, {}, {}, {}
+  for r, row in ipairs(rows) do
+    local rec = row.record
+    rs[r], rg[r], rt[r] = scores[row.episode], groups[row.episode], row.episode
+    rr[r] = rec and rec.reward or 0
+    ra[r] = (rec and rec.state) and ("s:" .. rec.state) or ("t:" .. (row.turn + 1))
+  end
+  local returns = core.objective.step_returns { rewards = rr, traj = rt, gamma = c.gamma }
+  local values = core.objective.gigpo { scores = rs, step_rewards = returns, groups = rg,
+    anchors = ra, step_weight = c.step_weight, mode = c.gigpo_mode }
+  return rows_to_tokens(batch, index, values)
+end)
+
+-- BEACON (dynamic milestones): turns whose info.milestone is true split each episode into
+-- segments; the shaped segment rewards are normalised among episodes of the same task in the
+-- same segment and added to the episode term (spec section 6.5, through rl.advantage).
+M.register("beacon", function(ctx, batch)
+  local c = ctx.cfg
+  local scores = M.scores(batch)
+  local rows, index = turn_rows(batch)
+  local flags, uids, tasks, rewards, mask = {}, {}, {}, {}, {}
+  for r, row in ipairs(rows) do
+    local rec = row.record
+    flags[r] = (rec and rec.info and rec.info.milestone) and true or false
+    uids[r] = row.episode
+    tasks[r] = batch.episodes[row.episode].group
+    rewards[r] = { scores[row.episode] }
+    mask[r] = { 1 }
+  end
+  local ms = c.milestone or {}
+  local shaped = core.advantage.beacon_step_rewards_dynamic({ milestone_flags = flags,
+    traj_uids = uids }, { gamma = ms.gamma or 0.95, scale = ms.scale or 10 })
+  local out = core.advantage.beacon({ token_level_rewards = rewards, response_mask = mask,
+    index = tasks, traj_uids = uids, step_rewards = shaped.step_rewards,
+    segment_ids = shaped.segment_ids }, { epsilon = c.adv_epsilon or 1e-6,
+    step_advantage_w = ms.weight or 1.0, mode = ms.mode or "mean_norm" })
+  local values = {}
+  for r = 1, #rows do values[r] = out.advantages[r][1] end
+  return rows_to_tokens(batch, index, values)
+end)
+
+-- ---------------------------------------------------------------- GAE (PPO with a critic)
+
+-- Token rewards (each turn's reward on its last sampled token; the rest of the episode's score,
+-- reward terms and KL penalty, on its last sampled token), the critic's values before the
+-- update, then rl.objective.gae. Leaves the old values and returns for the value loss.
+M.register("gae", function(ctx, batch)
+  local c, n = ctx.cfg, batch:size()
+  local total = batch.offsets[n + 1]
+  local rewards = core.tensor.zeros(math.max(total, 1)):narrow(1, 1, total)
+  local mask, turns = batch.mask, batch.turns
+  for i, ep in ipairs(batch.episodes) do
+    local last_of_turn, last = {}, nil
+    for p = batch.offsets[i] + 1, batch.offsets[i + 1] do
+      if mask:get(p) ~= 0 then
+        last_of_turn[math.floor(turns:get(p))] = p
+        last = p
+      end
+    end
+    if last then
+      local env_sum = 0
+      for k, r in ipairs(ep.record) do
+        local p = last_of_turn[k - 1]
+        if p then rewards:set(p, rewards:get(p) + r.reward) end
+        env_sum = env_sum + r.reward
+      end
+      local rest = ep.reward - (ep.kl_penalty or 0) - env_sum
+      rewards:set(last, rewards:get(last) + rest)
+    end
+  end
+  local values = critic.values(ctx, batch)
+  local all = {}
+  for i = 1, n do all[i] = i end
+  local adv, returns = core.objective.gae { rewards = rewards, values = values, mask = mask,
+    offsets = batch.offsets, episodes = all, gamma = c.gamma, lambda = c.lam }
+  batch.critic = { old_values = values, returns = returns }
+  local per_episode = {}
+  for i = 1, n do
+    local sum, cnt = 0, 0
+    for p = batch.offsets[i] + 1, batch.offsets[i + 1] do
+      if mask:get(p) ~= 0 then sum, cnt = sum + adv:get(p), cnt + 1 end
+    end
+    per_episode[i] = cnt > 0 and sum / cnt or 0
+  end
+  return adv, per_episode
+end, { critic = true })
+
+-- ---------------------------------------------------------------- the stage
+
+-- OpenSearch-VL fatal-aware masking (spec section 6.8): an episode with `threshold` consecutive
+-- failed turns (a malformed call, a failed tool, info.error), or that ended without an answer,
+-- is fatal from the first turn of that run on: those turns leave the loss (mask 0) and the rest
+-- of the episode keeps only non-negative advantages. Returns the number of fatal episodes.
+function M.apply_fatal(c, batch, adv)
+  local threshold = type(c.fatal) == "table" and c.fatal.threshold or 3
+  local mask, turns, fatal = batch.mask, batch.turns, 0
+  for i, ep in ipairs(batch.episodes) do
+    local errors = {}
+    for k, r in ipairs(ep.record) do
+      errors[k] = (r.parsed and r.parsed.kind == "error") or r.tool_error == true
+        or (type(r.info) == "table" and r.info.error ~= nil and r.info.error ~= false)
+    end
+    local res = core.advantage.find_fatal_step_index({ step_is_error = core.json.array(errors),
+      terminated_with_answer = ep["end"] == "done" }, { threshold = threshold }).result
+    local at = type(res) == "table" and math.tointeger(res[1])
+    if at then
+      fatal = fatal + 1
+      ep.fatal_turn = at
+      for p = batch.offsets[i] + 1, batch.offsets[i + 1] do
+        if mask:get(p) ~= 0 then
+          if turns:get(p) >= at then
+            mask:set(p, 0)
+            adv:set(p, 0)
+          elseif adv:get(p) < 0 then
+            adv:set(p, 0)
+          end
+        end
+      end
+    end
+  end
+  return fatal
+end
+
+-- The estimator a configuration names: cfg.advantage is a registered name or a function.
+function M.estimator(c)
+  if type(c.advantage) == "function" then return { name = "function", fn = c.advantage, critic = false } end
+  return registry[c.advantage]
+end
+
+-- The stage: the run's estimator on the batch, then fatal-aware masking (with `fatal`).
+-- Returns the per-token advantages, the per-episode values and the number of fatal episodes
+-- (nil without `fatal`).
+function M.compute(ctx, batch)
+  local est = M.estimator(ctx.cfg)
+  local adv, per_episode = est.fn(ctx, batch)
+  local n, total = batch:size(), batch.offsets[batch:size() + 1]
+  if not core.tensor.is_tensor(adv) or adv:numel() ~= total then
+    error(string.format("train: advantage %s: per-token advantages expected (a tensor of %d "
+      .. "values, like batch.mask), got %s", est.name, total, type(adv)), 0)
+  end
+  if type(per_episode) ~= "table" or #per_episode ~= n then
+    error(string.format("train: advantage %s: per-episode values expected (a list of %d "
+      .. "numbers)", est.name, n), 0)
+  end
+  local fatal = ctx.cfg.fatal and M.apply_fatal(ctx.cfg, batch, adv) or nil
+  return adv, per_episode, fatal
+end
+
+return M

@@ -1,0 +1,265 @@
+-- moonrl.train: the RL trainer, `rl.train{...}`, and the loop that ties its stages together.
+--
+-- An optional SFT warm start on the environment's oracle, then iterations of
+--   tasks -> rollouts (G episodes per task) -> rewards -> advantages -> K epochs of minibatch
+--   updates with a PPO-family loss (+ KL to a frozen reference, + entropy bonus) -> log,
+-- with held-out evaluation every N steps, atomic checkpoints and bit-exact resume.
+--
+--   local result = rl.train{
+--     model = m, tokenizer = tok, env = require "envs.guess_letter",
+--     name = "quickstart", dir = "runs",      -- files go to runs/quickstart/
+--     seed = 1, steps = 30,
+--     tasks_per_step = 8, group_size = 8,     -- G episodes of each task form a group
+--     max_turns = env.max_turns, max_turn_tokens = 8, temperature = 1,
+--     advantage = "grpo",                     -- grpo, drgrpo, rloo, opo, gpg, grpo_passk,
+--                                             -- reinforce_plus_plus(_baseline), gigpo, beacon,
+--                                             -- gae (PPO with a critic: a value head on the
+--                                             -- policy's last hidden state; gamma, lam = 1,
+--                                             -- value_coef = 0.5, value_clip = 0.5, value_lr),
+--                                             -- any name registered with
+--                                             -- rl.train.advantage.register, or a function
+--     loss = "ppo",                           -- ppo, gspo, cispo, sapo, gpg, gmpo
+--     clip_low = 0.2, clip_high = 0.28, clip_c = 3, agg = "token-mean",
+--     epochs = 1, minibatch = 32,             -- episodes per optimizer step
+--     lr = 2e-4, schedule = "constant", warmup = 0, weight_decay = 0, clip_grad = 1,
+--     kl_coef = 0, kl = "k3", kl_reward_coef = 0,   -- KL as a loss term, or in the reward
+--     entropy_coef = 0,
+--     milestone = nil,                        -- advantage = "beacon": {gamma = 0.95, scale = 10,
+--                                             -- weight = 1, mode = "mean_norm"}; turns whose
+--                                             -- info.milestone is true end segments
+--     fatal = nil,                            -- true or {threshold = 3}: fatal-aware masking
+--     dynamic_sampling = false,               -- DAPO: drop zero-variance groups, sample more
+--     tree = nil,                             -- {turn = t, k = K}: each of group_size / K roots
+--                                             -- branches into K episodes after turn t (needs
+--                                             -- the env's clone()); GiGPO then compares the K
+--                                             -- continuations of one state exactly
+--     overlong = nil,                         -- {max_len =, buffer =, factor = 1}: DAPO shaping
+--     rewards = { name = function(episode) return x end },  -- extra reward terms, added in
+--                                             -- name order (or a list {{name =, fn =}, ...},
+--                                             -- in its order)
+--     sft = { examples = 400, epochs = 2, lr = 2e-3, batch_size = 16 },  -- or false
+--     eval = { every = 5, tasks = 64, k = 4, temperature = 1 },
+--     resume = false,                         -- true: continue the run in dir/name; "force":
+--                                             -- even with other options than state.json's
+--     overwrite = false,                      -- true: a fresh run replaces an earlier one's files
+--     progress = "auto", log_episodes = 2,
+--     on_step = function(step, metrics) end,
+--     -- the stages, each replaceable (see the modules named): tasks (moonrl.train.tasks),
+--     -- rollout (.rollout), reward (.reward), advantage (.advantage), update (.update),
+--     -- evaluate (.eval), log (.log), checkpoint (.checkpoint)
+--   }
+-- returns {before = step 0's metrics (the eval after SFT), after = the last evaluated step's
+-- metrics, history = {metrics...}, dir = path, sft = the warm start's figures}.
+--
+-- rl.train is this module: callable, with the stage modules as fields (rl.train.advantage,
+-- rl.train.rollout, ...), so a recipe can call one stage on its own or register an estimator.
+local core = require "moonrl.core"
+local options = require "moonrl.train.options"
+local seedlib = require "moonrl.train.seed"
+local tasks = require "moonrl.train.tasks"
+local rollout = require "moonrl.train.rollout"
+local reward = require "moonrl.train.reward"
+local advantage = require "moonrl.train.advantage"
+local critic = require "moonrl.train.critic"
+local update = require "moonrl.train.update"
+local eval = require "moonrl.train.eval"
+local log = require "moonrl.train.log"
+local checkpoint = require "moonrl.train.checkpoint"
+local warmstart = require "moonrl.train.warmstart"
+
+local M = {
+  options = options, seed = seedlib, tasks = tasks, rollout = rollout, reward = reward,
+  advantage = advantage, critic = critic, update = update, eval = eval, log = log,
+  checkpoint = checkpoint, warmstart = warmstart,
+  mix = seedlib.mix, oracle_examples = warmstart.oracle_examples, evaluate = eval.run,
+}
+
+-- The stage functions of a configuration: the recipe's where it gave one, else the defaults.
+local function stages(c)
+  return {
+    rollout = c.rollout or rollout.run,
+    reward = c.reward or reward.run,
+    update = c.update or update.run,
+    evaluate = c.evaluate or eval.run,
+    log = c.log or log.step,
+    checkpoint = c.checkpoint or { save = checkpoint.save, load = checkpoint.load },
+  }
+end
+
+local function needs_reference(c) return c.kl_coef ~= 0 or c.kl_reward_coef ~= 0 or c.reference end
+
+-- The run's context from checked options: what every stage receives as ctx.
+--   ctx.cfg (the options with defaults), ctx.model, ctx.tokenizer, ctx.dir (the run folder),
+--   ctx.ro (the rollout engine), ctx.stages, ctx.value (the value head, with a critic),
+--   ctx.ref (the frozen reference, once loaded), ctx.state (what state.json holds: history, step,
+--   before, sft, ...)
+local function context(c)
+  local m = c.model
+  local ctx = { cfg = c, model = m, tokenizer = c.tokenizer, stages = stages(c) }
+  ctx.dir = c.dir .. "/" .. c.name
+  local ok, err = core.fs.mkdir(ctx.dir)
+  if not ok then error("train: " .. err, 0) end
+  ctx.tty = c.progress == true or (c.progress == "auto" and core.fs.isatty(1))
+  local per_step = c.tasks_per_step * c.group_size
+  local eval_eps = c.eval and c.eval.tasks * math.max(c.eval.k, 1) or 0
+  ctx.ro = core.rollout.new { model = m, episodes = math.max(per_step, eval_eps),
+    capacity = c.capacity or m:config().ctx }
+  if advantage.estimator(c).critic then ctx.value = critic.new(m:config().dim) end
+  return ctx
+end
+
+-- Why a fresh run may not start in dir (an earlier run's files are there and the recipe did not
+-- say overwrite = true), or nil.
+local function refusal(c, dir)
+  local left = checkpoint.leftovers(dir)
+  if #left == 0 or c.overwrite then return nil end
+  return string.format("train: %s holds an earlier run (%s): pass overwrite = true to replace "
+    .. "it, or resume = true to continue it", dir, table.concat(left, ", "))
+end
+
+-- Why the run may not resume from state: the options differ from those it was written with
+-- (state.options; a state written before they were kept has none to compare), or nil.
+-- resume = "force" continues anyway.
+local function mismatch(c, state, dir)
+  if c.resume == "force" or type(state.options) ~= "table" then return nil end
+  local diff = options.differences(state.options, core.json.decode(core.json.encode(options.record(c))))
+  if #diff == 0 then return nil end
+  return string.format("train: resume: the options differ from those %s/state.json was written "
+    .. "with: %s; resume = \"force\" continues with the new ones", dir, table.concat(diff, ", "))
+end
+
+-- Step 0 of a fresh run: the SFT warm start, the frozen reference, the first evaluation and the
+-- first checkpoint.
+local function start_fresh(ctx)
+  local c = ctx.cfg
+  local why = refusal(c, ctx.dir) -- (a checkpoint stage of the recipe's found nothing to resume)
+  if why then error(why, 0) end
+  if c.overwrite then checkpoint.clear(ctx.dir) end
+  ctx.state = { history = {}, step = 0, options = options.record(c) }
+  if c.sft then ctx.state.sft = warmstart.run(ctx) end
+  if needs_reference(c) then
+    local ok, err = ctx.model:save(ctx.dir .. "/reference")
+    if not ok then error("train: reference: " .. err, 0) end
+  end
+  local first = { step = 0 }
+  if c.eval then
+    for k, v in pairs(ctx.stages.evaluate(ctx, 0)) do first["eval/" .. k] = v end
+  end
+  ctx.state.before = first
+  ctx.state.history[1] = first
+  ctx.stages.log(ctx, 0, first, nil)
+  ctx.state.tasks = tasks.state(ctx)
+  ctx.stages.checkpoint.save(ctx, 0)
+end
+
+-- One RL step: its metrics.
+local function step_once(ctx, step)
+  local c = ctx.cfg
+  local t0 = core.clock()
+  local batch, info = rollout.sample(ctx, step)
+  local t_roll = core.clock() - t0
+  local mt = { step = step, ["time/rollout"] = t_roll, ["sampling/tries"] = info.tries,
+    ["sampling/groups_dropped"] = info.groups_dropped }
+  if batch then
+    local terms = ctx.stages.reward(ctx, batch, step)
+    for k, v in pairs(terms) do mt["reward/" .. k] = v end
+    if c.kl_reward_coef ~= 0 then mt["reward/kl_penalty"] = -reward.kl_penalty(ctx, batch) end
+    tasks.update(ctx, step, batch)
+    local st = batch:stats()
+    mt["reward/mean"], mt["reward/std"], mt.success = st.reward_mean, st.reward_std, st.success
+    mt.episodes, mt.turns_mean, mt.length_mean = st.episodes, st.turns_mean, st.length_mean
+    mt.sampled_tokens, mt.zero_variance_groups = st.sampled_tokens, st.zero_variance_groups
+    for k, v in pairs(st.ends) do mt["end/" .. k] = v end
+    mt.errors = st.errors
+    local t1 = core.clock()
+    local adv, per_ep, fatal = advantage.compute(ctx, batch)
+    if fatal then mt["fatal/episodes"] = fatal / batch:size() end
+    local amax = 0
+    for _, v in ipairs(per_ep) do amax = math.max(amax, math.abs(v)) end
+    mt["adv/abs_max"] = amax
+    if amax > 0 then
+      for k, v in pairs(ctx.stages.update(ctx, batch, adv, step)) do
+        if type(v) == "number" then mt["loss/" .. k] = v end
+      end
+    else
+      mt["loss/updates"] = 0 -- every group had one reward: nothing to learn from
+    end
+    mt["time/update"] = core.clock() - t1
+    mt.tokens_per_s = st.tokens / math.max(core.clock() - t0, 1e-9)
+  else
+    mt.skipped = 1 -- dynamic sampling found no group with different rewards: no update
+  end
+  if eval.due(c, step) then
+    local t2 = core.clock()
+    for k, v in pairs(ctx.stages.evaluate(ctx, step)) do mt["eval/" .. k] = v end
+    mt["time/eval"] = core.clock() - t2
+  end
+  mt["time/step"] = core.clock() - t0
+  return mt, batch
+end
+
+-- rl.train{...}: see the top of this file.
+local function train(opts)
+  local c, err = options.check(opts)
+  if not c then error("train: " .. err, 2) end -- at the recipe's line
+  local dir = c.dir .. "/" .. c.name
+  local resuming = false -- whether there is a run to resume (a recipe's checkpoint stage decides)
+  if c.resume and c.checkpoint then
+    resuming = true
+  elseif c.resume then
+    local state, serr = checkpoint.read_state(dir)
+    if serr then error("train: resume: " .. serr, 2) end
+    resuming = state ~= nil
+    local why = state and mismatch(c, state, dir)
+    if why then error(why, 2) end
+  end
+  if not resuming then
+    local why = refusal(c, dir)
+    if why then error(why, 2) end
+  end
+  local ctx = context(c)
+  local state = c.resume and ctx.stages.checkpoint.load(ctx) or nil
+  if state then
+    if type(state) ~= "table" or math.type(state.step) ~= "integer" or type(state.history) ~= "table" then
+      error("train: resume: the checkpoint stage's load returned no state {step =, history =, ...}", 0)
+    end
+    local why = c.checkpoint and mismatch(c, state, ctx.dir)
+    if why then error(why, 0) end
+    ctx.state = state
+    state.options = options.record(c) -- what the next checkpoint was run with
+    tasks.load(ctx, state.tasks)
+  else
+    start_fresh(ctx)
+  end
+  if needs_reference(c) then
+    local ref, rerr = core.model.load(ctx.dir .. "/reference")
+    if not ref then error("train: reference: " .. rerr, 0) end
+    ctx.ref = ref
+  end
+  ctx.t_start = core.clock()
+  for step = ctx.state.step + 1, c.steps do
+    local mt, batch = step_once(ctx, step)
+    ctx.state.history[#ctx.state.history + 1] = mt
+    ctx.stages.log(ctx, step, mt, batch)
+    if c.on_step then c.on_step(step, mt) end
+    local every = c.checkpoint_every or (c.eval and c.eval.every) or 10
+    if step % every == 0 or step == c.steps or step == c.stop_after then
+      ctx.state.tasks = tasks.state(ctx)
+      ctx.stages.checkpoint.save(ctx, step)
+    end
+    if step == c.stop_after then break end
+  end
+  local last -- the last evaluation's step
+  for i = #ctx.state.history, 1, -1 do
+    for k in pairs(ctx.state.history[i]) do
+      if k:sub(1, 5) == "eval/" then last = ctx.state.history[i] break end
+    end
+    if last then break end
+  end
+  ctx.ro:free()
+  return { before = ctx.state.before, after = last, history = ctx.state.history, dir = ctx.dir,
+    sft = ctx.state.sft }
+end
+
+M.train = train
+return setmetatable(M, { __call = function(_, opts) return train(opts) end })

@@ -1,0 +1,102 @@
+-- moonrl.train.log: the logging stage: metrics.jsonl (one line per step), episodes.jsonl (a few
+-- episodes per step, turn by turn), curve.svg (train and held-out success) and the progress line.
+--
+-- The `log` option replaces the stage: a function(ctx, step, metrics, batch) called once per step
+-- (step 0 too, after SFT and the first evaluation, with batch nil) once the step's metrics are
+-- complete; ctx.state.history holds every step's metrics so far.
+local core = require "moonrl.core"
+local plot = require "moonrl.plot"
+
+local json = core.json
+local M = {}
+
+-- Appends text to the file at path; a failure to open, write or close it (a full disk) raises
+-- "train: <path>: <why>".
+local function append(path, text)
+  local f, err = io.open(path, "a")
+  if not f then error("train: " .. err, 0) end
+  local ok, werr = f:write(text)
+  local closed, cerr = f:close()
+  if not ok or not closed then error("train: " .. path .. ": " .. tostring(werr or cerr), 0) end
+end
+M.append = append
+
+-- One line of metrics.jsonl.
+function M.metrics(ctx, mt)
+  append(ctx.dir .. "/metrics.jsonl", json.encode(mt) .. "\n")
+end
+
+-- The step's episodes in episodes.jsonl: the first episode of each group, then the second of
+-- each, ... up to log_episodes.
+function M.episodes(ctx, step, batch)
+  local c = ctx.cfg
+  local lines = {}
+  local groups, logged, round = batch:groups(), 0, 1
+  while logged < math.min(c.log_episodes, batch:size()) do
+    for _, g in ipairs(groups) do
+      local i = g.members[round]
+      if i and logged < c.log_episodes then
+        local rec = batch:episode_record(i, { tokens = false })
+        rec.step = step
+        lines[#lines + 1] = json.encode(rec) .. "\n"
+        logged = logged + 1
+      end
+    end
+    round = round + 1
+  end
+  if #lines > 0 then append(ctx.dir .. "/episodes.jsonl", table.concat(lines)) end
+end
+
+-- curve.svg from the history: sampled training success and held-out greedy success (raises
+-- "train: <path>: <why>" when it cannot be written).
+function M.plot(ctx)
+  local train, held = {}, {}
+  for _, h in ipairs(ctx.state.history) do
+    if h.success then train[#train + 1] = { h.step, h.success } end
+    if h["eval/greedy_success"] then held[#held + 1] = { h.step, h["eval/greedy_success"] } end
+  end
+  local c = ctx.cfg
+  local ok, err = plot.svg(ctx.dir .. "/curve.svg", {
+    title = c.name .. ": success (step 0 = after SFT, before RL)", xlabel = "RL step",
+    ylabel = "success rate", ymin = 0, ymax = 1,
+    series = { { name = "train (sampled)", points = train },
+      { name = "held-out (greedy)", points = held, dots = true } },
+    marks = { { x = 0, label = "RL starts" } } })
+  if not ok then error("train: " .. err, 0) end
+end
+
+-- The progress line (a bar on a terminal, plain lines otherwise).
+function M.progress(ctx, step, mt)
+  local c = ctx.cfg
+  local elapsed = core.clock() - ctx.t_start
+  local done = step / c.steps
+  local eta = done > 0 and elapsed / done * (1 - done) or 0
+  local text = string.format("step %d/%d  reward %.3f  success %.2f  tok/s %.0f  ETA %d:%02d",
+    step, c.steps, mt["reward/mean"] or 0, mt.success or 0, mt.tokens_per_s or 0, math.floor(eta / 60),
+    math.floor(eta % 60))
+  if mt["eval/greedy_success"] then
+    text = text .. string.format("  held-out %.2f", mt["eval/greedy_success"])
+  end
+  if ctx.tty then
+    local width = 20
+    local fill = math.floor(done * width + 0.5)
+    io.stdout:write("\r\27[K[", string.rep("#", fill), string.rep(".", width - fill), "] ", text)
+    if step == c.steps then io.stdout:write("\n") end
+  else
+    io.stdout:write(text, "\n")
+  end
+  io.stdout:flush()
+end
+
+-- The default stage: the metrics line; for an RL step also its episodes, the progress line
+-- (with progress) and the curve (unless plot = false).
+function M.step(ctx, step, mt, batch)
+  local c = ctx.cfg
+  if batch then M.episodes(ctx, step, batch) end
+  M.metrics(ctx, mt)
+  if step == 0 then return end
+  if c.progress then M.progress(ctx, step, mt) end
+  if c.plot ~= false then M.plot(ctx) end
+end
+
+return M

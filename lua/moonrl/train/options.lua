@@ -1,0 +1,507 @@
+-- moonrl.train.options: rl.train's options: every known key with its default and its check, the
+-- resolved configuration the stages read (ctx.cfg), and the nearest known key for a misspelt one.
+--
+-- M.check(opts) -> cfg, or nil and a message naming the option ("steps: a positive integer
+-- expected, got 0", "unknown option 'lr_rate' (did you mean 'lr'?)"); rl.train raises it at
+-- the recipe's line. Nothing is written or run before every check has passed.
+local envlib = require "moonrl.env"
+local advantage = require "moonrl.train.advantage"
+
+local M = {}
+
+-- ---------------------------------------------------------------- what a value is
+
+-- A short description of v for messages: 0, 1.5, "magic", true, a table, an rl.model.
+local function describe(v)
+  local t = type(v)
+  if t == "number" or t == "boolean" or t == "nil" then return tostring(v) end
+  if t == "string" then return string.format("%q", #v > 40 and v:sub(1, 40) .. "..." or v) end
+  local mt = getmetatable(v)
+  if type(mt) == "table" and type(mt.__name) == "string" then return "a " .. mt.__name end
+  return "a " .. t
+end
+M.describe = describe
+
+local function finite(v) return type(v) == "number" and v == v and v ~= math.huge and v ~= -math.huge end
+
+-- Checks: each is function(v) -> nil when v is acceptable, else what was expected.
+local function integer(lo, hi)
+  local what = lo == 1 and not hi and "a positive integer"
+    or lo == 0 and not hi and "a non-negative integer"
+    or lo and hi and string.format("an integer in [%d, %d]", lo, hi)
+    or lo and string.format("an integer >= %d", lo) or "an integer"
+  return function(v)
+    if math.type(v) == "integer" and (not lo or v >= lo) and (not hi or v <= hi) then return nil end
+    return what
+  end
+end
+
+local function number(lo, hi, open_hi)
+  local what = not lo and "a finite number"
+    or hi and string.format("a number in [%g, %g%s", lo, hi, open_hi and ")" or "]")
+    or lo == 0 and "a non-negative number" or string.format("a number >= %g", lo)
+  return function(v)
+    if finite(v) and (not lo or v >= lo) and (not hi or (open_hi and v < hi or not open_hi and v <= hi)) then
+      return nil
+    end
+    return what
+  end
+end
+
+local function enum(list)
+  local quoted = {}
+  for i, s in ipairs(list) do quoted[i] = string.format("%q", s) end
+  local what = "one of " .. table.concat(quoted, ", ")
+  return function(v)
+    for _, s in ipairs(list) do if v == s then return nil end end
+    return what
+  end
+end
+
+local function kind(t, what)
+  return function(v) if type(v) == t then return nil end return what end
+end
+local boolean, func, str = kind("boolean", "true or false"), kind("function", "a function"),
+  kind("string", "a string")
+
+local function instance_of(name, what)
+  return function(v)
+    local mt = getmetatable(v)
+    if type(v) == "userdata" and type(mt) == "table" and mt.__name == name then return nil end
+    return what
+  end
+end
+
+-- ---------------------------------------------------------------- misspelt keys
+
+-- Levenshtein distance between two strings (bytes).
+local function distance(a, b)
+  local prev = {}
+  for j = 0, #b do prev[j] = j end
+  for i = 1, #a do
+    local cur = { [0] = i }
+    for j = 1, #b do
+      local cost = a:byte(i) == b:byte(j) and 0 or 1
+      cur[j] = math.min(prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + cost)
+    end
+    prev = cur
+  end
+  return prev[#b]
+end
+M.distance = distance
+
+-- How far word is from key: the edit distance, but 1 when one is the other plus "_..." (lr_rate
+-- and lr, group and group_size).
+local function closeness(word, key)
+  local d = distance(word, key)
+  local short, long = word, key
+  if #short > #long then short, long = long, short end
+  if #short >= 2 and long:sub(1, #short + 1) == short .. "_" then d = math.min(d, 1) end
+  return d
+end
+
+-- The known key nearest to word (ties: the longer common prefix, then the first in `known`), or
+-- nil when even the nearest needs more than a third of word rewritten (and more than 2 edits).
+function M.nearest(word, known)
+  local best, best_d, best_p
+  for _, k in ipairs(known) do
+    local d = closeness(word, k)
+    local p = 0
+    while p < #word and p < #k and word:byte(p + 1) == k:byte(p + 1) do p = p + 1 end
+    if not best or d < best_d or (d == best_d and p > best_p) then best, best_d, best_p = k, d, p end
+  end
+  if best and best_d <= math.max(2, #word // 3) then return best end
+  return nil
+end
+
+-- Unknown keys of t (a list of messages, sorted), given the known names in order; prefix names
+-- the table ("" or "sft.").
+local function unknown_keys(t, fields, order, prefix)
+  local bad = {}
+  for k in pairs(t) do
+    if type(k) ~= "string" then
+      bad[#bad + 1] = string.format("%soptions are named (key = value), got a value at [%s]",
+        prefix ~= "" and prefix:sub(1, -2) .. ": " or "", tostring(k))
+    elseif not fields[k] then
+      local near = M.nearest(k, order)
+      bad[#bad + 1] = string.format("unknown option '%s%s'%s", prefix, k,
+        near and string.format(" (did you mean '%s%s'?)", prefix, near) or "")
+    end
+  end
+  table.sort(bad)
+  return bad
+end
+
+-- ---------------------------------------------------------------- sub-tables
+
+-- A table option's fields: name -> {default, check, required}.
+local function fields(list)
+  local spec, order = {}, {}
+  for _, f in ipairs(list) do
+    spec[f[1]] = { default = f[2], check = f[3], required = f.required }
+    order[#order + 1] = f[1]
+  end
+  return { spec = spec, order = order }
+end
+
+local SUB = {
+  sft = fields {
+    { "examples", 256, integer(1) }, { "epochs", 2, integer(1) }, { "batch_size", 16, integer(1) },
+    { "lr", 1e-3, number(0) }, { "schedule", "cosine", enum { "constant", "cosine" } },
+    { "warmup", 0, integer(0) }, { "weight_decay", 0, number(0) },
+  },
+  eval = fields {
+    { "every", 5, integer(1) }, { "tasks", 32, integer(1) }, { "k", 4, integer(1) },
+    { "temperature", 1.0, number(0) }, { "split", "test", str }, { "seed", 12345, integer() },
+  },
+  tree = fields { { "turn", nil, integer(1), required = true }, { "k", nil, integer(2), required = true } },
+  milestone = fields {
+    { "gamma", nil, number() }, { "scale", nil, number() }, { "weight", nil, number() },
+    { "mode", nil, enum { "mean_norm", "mean_std_norm" } },
+  },
+  fatal = fields { { "threshold", nil, integer(1) } },
+  overlong = fields {
+    { "max_len", nil, integer(1), required = true }, { "buffer", nil, integer(1), required = true },
+    { "factor", nil, number() }, { "floor", nil, boolean },
+  },
+  checkpoint = fields { { "save", nil, func, required = true }, { "load", nil, func, required = true } },
+}
+
+-- Checks table option `name` (a table) against its fields; returns the table with defaults filled
+-- in, or nil, message.
+local function sub_table(name, t)
+  local f = SUB[name]
+  local bad = unknown_keys(t, f.spec, f.order, name .. ".")
+  if #bad > 0 then return nil, table.concat(bad, "; ") end
+  local out = {}
+  for _, k in ipairs(f.order) do
+    local spec, v = f.spec[k], t[k]
+    if v == nil then
+      if spec.required then
+        return nil, string.format("%s.%s: %s expected (it is required)", name, k, spec.check(nil))
+      end
+      v = spec.default
+    else
+      local want = spec.check(v)
+      if want then return nil, string.format("%s.%s: %s expected, got %s", name, k, want, describe(v)) end
+    end
+    out[k] = v
+  end
+  return out
+end
+
+-- ---------------------------------------------------------------- the options
+
+local function table_of(name, what)
+  return function(v)
+    if type(v) ~= "table" then return what end
+    local _, err = sub_table(name, v)
+    return err and { err } or nil -- a full message (in a table), not a description
+  end
+end
+
+local function env_check(v)
+  local ok, err = pcall(envlib.check, v)
+  if ok then return nil end
+  return { (tostring(err):gsub("^[^:]*:%d+: ", "")) }
+end
+
+local function advantage_check(v)
+  if type(v) == "function" or (type(v) == "string" and advantage.get(v)) then return nil end
+  if type(v) == "string" then
+    local near = M.nearest(v, advantage.names())
+    return { string.format("advantage: unknown estimator '%s'%s (registered: %s)", v,
+      near and string.format(" (did you mean '%s'?)", near) or "", table.concat(advantage.names(), ", ")) }
+  end
+  return "a registered estimator's name or a function(ctx, batch) -> adv, per_episode"
+end
+
+local RESERVED_TERMS = { env = true, overlong = true, kl_penalty = true, mean = true, std = true }
+
+-- rewards: {name = function(episode)} (summed in name order) or a list of {name =, fn =} (in
+-- list order).
+local function rewards_check(v)
+  if type(v) ~= "table" then return "a table {name = function(episode)} or a list {{name =, fn =}}" end
+  local seen = {}
+  local function term(name, fn, where)
+    if type(name) ~= "string" or not name:match("^[%w_.%-]+$") then
+      return { string.format("rewards%s: a name of letters, digits, '_', '.', '-' expected, got %s",
+        where, describe(name)) }
+    end
+    if RESERVED_TERMS[name] then
+      return { string.format("rewards%s: '%s' is a built-in term's name", where, name) }
+    end
+    if seen[name] then return { string.format("rewards%s: '%s' appears twice", where, name) } end
+    seen[name] = true
+    if type(fn) ~= "function" then
+      return { string.format("rewards%s: a function(episode) -> number expected, got %s", where,
+        describe(fn)) }
+    end
+  end
+  if #v > 0 then
+    for i = 1, #v do
+      local e = v[i]
+      if type(e) ~= "table" then
+        return { string.format("rewards[%d]: {name =, fn =} expected, got %s", i, describe(e)) }
+      end
+      for k in pairs(e) do
+        if k ~= "name" and k ~= "fn" then
+          return { string.format("rewards[%d]: unknown option '%s' (known: name, fn)", i, tostring(k)) }
+        end
+      end
+      local err = term(e.name, e.fn, "[" .. i .. "]")
+      if err then return err end
+    end
+    for k in pairs(v) do
+      if math.type(k) ~= "integer" or k < 1 or k > #v then
+        return { "rewards: either a list {{name =, fn =}, ...} or a table {name = fn}, not both" }
+      end
+    end
+    return nil
+  end
+  for name, fn in pairs(v) do
+    local err = term(name, fn, "." .. tostring(name))
+    if err then return err end
+  end
+  return nil
+end
+
+local function tasks_check(v)
+  if type(v) == "function" then return nil end
+  if type(v) == "table" and type(v.sample) == "function" then
+    for _, m in ipairs { "update", "state", "load" } do
+      if v[m] ~= nil and type(v[m]) ~= "function" then
+        return { string.format("tasks.%s: a function expected, got %s", m, describe(v[m])) }
+      end
+    end
+    return nil
+  end
+  return "a function(ctx, step, n, seed) -> tasks or an object with :sample(ctx, step, n, seed)"
+end
+
+local function either(...)
+  local checks = { ... }
+  return function(v)
+    local wants = {}
+    for i, c in ipairs(checks) do
+      local want = c(v)
+      if not want then return nil end
+      if type(want) == "table" then return want end -- the right kind, wrong contents: say which
+      wants[i] = want
+    end
+    return table.concat(wants, " or ")
+  end
+end
+local function literal(x, what) return function(v) if v == x then return nil end return what end end
+
+-- The options, in the order they are checked (and suggested). default: a value, or a function
+-- of the options resolved so far.
+local TOP, ORDER = {}, {}
+local function opt(key, default, check, required)
+  TOP[key] = { default = default, check = check, required = required }
+  ORDER[#ORDER + 1] = key
+end
+
+local PG_LOSSES = { "ppo", "gspo", "cispo", "sapo", "gpg", "gmpo" }
+local AGGS = { "token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm",
+  "oat-drgrpo" }
+local KLS = { "k1", "abs", "k2", "k3", "k1+", "k3+" }
+
+-- what to train, where
+opt("model", nil, instance_of("moonrl.model", "an rl.model"), true)
+opt("tokenizer", nil, instance_of("moonrl.tokenizer", "an rl.tokenizer"), true)
+opt("env", nil, env_check, true)
+opt("name", function(c) return c.env.name end, function(v)
+  if type(v) == "string" and v:match("^[%w_.%-]+$") then return nil end
+  return "letters, digits, '_', '.', '-'"
+end)
+opt("dir", "runs", str)
+opt("seed", 0, integer())
+-- the batch
+opt("steps", 20, integer(1))
+opt("tasks_per_step", 8, integer(1))
+opt("group_size", 8, integer(1))
+opt("max_turns", function(c) return c.env.max_turns or 4 end, integer(1))
+opt("max_turn_tokens", 16, integer(1))
+opt("temperature", 1.0, number(0))
+opt("top_k", nil, integer(0))
+opt("top_p", nil, number(0, 1))
+opt("min_p", nil, number(0, 1))
+opt("system", nil, str)
+opt("capacity", nil, integer(1))
+opt("dynamic_sampling", false, boolean)
+opt("max_sampling_tries", 4, integer(1))
+opt("tree", nil, table_of("tree", "a table {turn =, k =}"))
+-- rewards
+opt("rewards", nil, rewards_check)
+opt("overlong", nil, table_of("overlong", "a table {max_len =, buffer =, factor =, floor =}"))
+opt("kl_reward_coef", 0, number(0))
+-- advantages
+opt("advantage", "grpo", advantage_check)
+opt("gamma", 1.0, number(0, 1))
+opt("lam", 1.0, number(0, 1))
+opt("step_weight", 1.0, number())
+opt("gigpo_mode", nil, enum { "mean", "mean_std" })
+opt("adv_epsilon", nil, number(0))
+opt("milestone", nil, table_of("milestone", "a table {gamma =, scale =, weight =, mode =}"))
+opt("fatal", nil, either(boolean, table_of("fatal", "a table {threshold =}")))
+-- the loss and the update
+opt("loss", "ppo", enum(PG_LOSSES))
+opt("agg", "token-mean", enum(AGGS))
+opt("agg_norm", nil, number(0))
+opt("clip_low", nil, number(0))
+opt("clip_high", nil, number(0))
+opt("clip_c", nil, number(0))
+opt("tau_pos", nil, number(0))
+opt("tau_neg", nil, number(0))
+opt("kl_coef", 0, number(0))
+opt("kl", "k3", enum(KLS))
+opt("reference", false, boolean)
+opt("entropy_coef", 0, number())
+opt("epochs", 1, integer(1))
+opt("minibatch", function(c) return c.tasks_per_step * c.group_size end, integer(1))
+opt("lr", 2e-4, number(0))
+opt("schedule", "constant", enum { "constant", "cosine" })
+opt("warmup", 0, integer(0))
+opt("min_lr", 0, number(0))
+opt("weight_decay", 0, number(0))
+opt("clip_grad", 1.0, number(0))
+opt("beta1", 0.9, number(0, 1, true))
+opt("beta2", 0.95, number(0, 1, true))
+-- the critic
+opt("value_coef", 0.5, number(0))
+opt("value_clip", 0.5, number(0))
+opt("value_lr", nil, number(0))
+-- SFT warm start and evaluation
+opt("sft", nil, either(literal(false, "false"), table_of("sft", "a table {examples =, epochs =, ...}")))
+opt("eval", function() return {} end,
+  either(literal(false, "false"), table_of("eval", "a table {every =, tasks =, k =, ...}")))
+-- the stages
+opt("tasks", nil, tasks_check)
+opt("rollout", nil, func)
+opt("reward", nil, func)
+opt("update", nil, func)
+opt("evaluate", nil, func)
+opt("log", nil, func)
+opt("checkpoint", nil, table_of("checkpoint", "a table {save = function(ctx, step), load = function(ctx)}"))
+-- the run
+opt("resume", false, either(boolean, literal("force", "\"force\"")))
+opt("overwrite", false, boolean)
+opt("stop_after", nil, integer(1))
+opt("checkpoint_every", nil, integer(1))
+opt("progress", "auto", either(boolean, literal("auto", "\"auto\"")))
+opt("plot", true, boolean)
+opt("log_episodes", 2, integer(0))
+opt("on_step", nil, func)
+
+M.known = ORDER
+
+-- ---------------------------------------------------------------- the options in state.json
+
+-- Options that say how to run, not what is trained: a resumed run may change them.
+local RUN_CONTROL = { model = true, tokenizer = true, dir = true, name = true, resume = true,
+  overwrite = true, stop_after = true, checkpoint_every = true, progress = true, plot = true,
+  log_episodes = true, on_step = true, log = true }
+
+-- The configuration as JSON-ready data (state.json's "options"): numbers, strings, booleans and
+-- the table options as they are; the environment by its name; reward terms by their names in
+-- the order they are added; functions and objects (stages of the recipe's) as "<function>" and
+-- "<object>", since only their presence can be compared.
+function M.record(c)
+  local json = require("moonrl.core").json
+  local out = {}
+  for _, k in ipairs(ORDER) do
+    local v = c[k]
+    if RUN_CONTROL[k] or v == nil then
+      -- not recorded
+    elseif k == "env" then
+      out[k] = v.name
+    elseif k == "rewards" then
+      local names = {}
+      for i, t in ipairs(require("moonrl.train.reward").terms(v)) do names[i] = t.name end
+      out[k] = json.array(names)
+    elseif type(v) == "function" then
+      out[k] = "<function>"
+    elseif type(v) == "table" and (k == "tasks" or k == "checkpoint") then
+      out[k] = "<object>"
+    elseif type(v) == "table" then
+      local t = {}
+      for field, x in pairs(v) do t[field] = type(x) == "function" and "<function>" or x end
+      out[k] = t
+    else
+      out[k] = v
+    end
+  end
+  return out
+end
+
+local function same(a, b)
+  if type(a) == "table" and type(b) == "table" then
+    for k, v in pairs(a) do if not same(v, b[k]) then return false end end
+    for k in pairs(b) do if a[k] == nil then return false end end
+    return true
+  end
+  return a == b -- numbers by value: 1 and 1.0 are the same option
+end
+
+-- The options that differ between two records (M.record, or state.json's decoded copy), as
+-- "name (then, now)" strings in option order.
+function M.differences(old, new)
+  local json = require("moonrl.core").json
+  local function show(v) return v == nil and "unset" or json.encode(v) end
+  local out = {}
+  for _, k in ipairs(ORDER) do
+    if not same(old[k], new[k]) then
+      out[#out + 1] = string.format("%s (%s, now %s)", k, show(old[k]), show(new[k]))
+    end
+  end
+  return out
+end
+
+-- Checks that involve several options.
+local function relations(c)
+  local t = c.tree
+  if t then
+    if c.group_size % t.k ~= 0 then return "tree: group_size must be a multiple of tree.k" end
+    if t.turn >= c.max_turns then return "tree: turn must be less than max_turns" end
+    local probe = c.env.new()
+    if type(probe) ~= "table" or type(probe.clone) ~= "function" then
+      return "tree: the environment's instances need a clone() method"
+    end
+  end
+  if c.sft and type(c.env.oracle) ~= "function" then
+    return "sft: the environment " .. c.env.name .. " has no oracle(task, rng) to learn from"
+  end
+  return nil
+end
+
+-- M.check(opts) -> cfg (every option, defaults filled in; table options with theirs), or nil and
+-- a message naming the offending option.
+function M.check(o)
+  if type(o) ~= "table" then return nil, "a table of options expected, got " .. describe(o) end
+  local bad = unknown_keys(o, TOP, ORDER, "")
+  if #bad > 0 then return nil, table.concat(bad, "; ") end
+  local c = {}
+  for _, k in ipairs(ORDER) do
+    local spec, v = TOP[k], o[k]
+    if v == nil then
+      if spec.required then
+        local want = spec.check(nil)
+        return nil, type(want) == "table" and want[1] or string.format("%s: %s expected", k, want)
+      end
+      v = spec.default
+      if type(v) == "function" then v = v(c) end
+    else
+      local want = spec.check(v)
+      if type(want) == "table" then return nil, want[1] end
+      if want then return nil, string.format("%s: %s expected, got %s", k, want, describe(v)) end
+      if SUB[k] and type(v) == "table" then v = sub_table(k, v) end
+    end
+    c[k] = v
+  end
+  local err = relations(c)
+  if err then return nil, err end
+  return c
+end
+
+return M

@@ -1,0 +1,85 @@
+-- moonrl.train.reward: the reward stage: each episode's reward from the environment's return, the
+-- recipe's reward terms and DAPO's overlong shaping; and the KL penalty when the KL to the
+-- reference is in the reward (kl_reward_coef).
+--
+-- The `reward` option replaces the stage: a function(ctx, batch, step) -> terms that sets every
+-- episode's ep.reward (the total the advantage sees) and returns {name = mean over the batch}
+-- (logged as reward/<name>). The default keeps the environment's return in ep.env_reward.
+local core = require "moonrl.core"
+local score = require "moonrl.train.score"
+
+local M = {}
+
+-- The recipe's reward terms in the order they are added: a list {{name =, fn =}, ...} in its
+-- own order, a table {name = fn} in the bytewise order of the names (never pairs() order, which
+-- differs between processes and would change the floating-point totals).
+function M.terms(rewards)
+  local list = {}
+  if rewards == nil then return list end
+  if #rewards > 0 then
+    for i, e in ipairs(rewards) do list[i] = { name = e.name, fn = e.fn } end
+    return list
+  end
+  for name, fn in pairs(rewards) do list[#list + 1] = { name = name, fn = fn } end
+  table.sort(list, function(a, b) return a.name < b.name end)
+  return list
+end
+
+-- The default stage: ep.reward = the environment's return + each term in M.terms order + the
+-- overlong penalty.
+function M.run(ctx, batch)
+  local c, terms = ctx.cfg, { env = 0 }
+  local n = batch:size()
+  local lengths = {}
+  for i, ep in ipairs(batch.episodes) do
+    ep.env_reward = ep.reward
+    terms.env = terms.env + ep.reward / n
+    lengths[i] = ep.length
+  end
+  for _, term in ipairs(M.terms(c.rewards)) do
+    local name, fn = term.name, term.fn
+    terms[name] = 0
+    for _, ep in ipairs(batch.episodes) do
+      local ok, r = pcall(fn, ep)
+      if not ok or type(r) ~= "number" or r ~= r then
+        error(string.format("train: reward %s failed on an episode: %s", name,
+          ok and "returned " .. tostring(r) or tostring(r)), 0)
+      end
+      ep.reward = ep.reward + r
+      terms[name] = terms[name] + r / n
+    end
+  end
+  if c.overlong then
+    -- DAPO's soft overlong punishment on each episode's token count
+    local o = c.overlong
+    local pen = core.objective.overlong { lengths = lengths, max_len = o.max_len,
+      buffer = o.buffer, factor = o.factor, floor = o.floor }
+    terms.overlong = 0
+    for i, ep in ipairs(batch.episodes) do
+      ep.reward = ep.reward + pen[i]
+      terms.overlong = terms.overlong + pen[i] / n
+    end
+  end
+  return terms
+end
+
+-- KL in the reward: each episode's score loses kl_reward_coef * its summed per-token KL from the
+-- policy to the reference (ep.kl_penalty, which the advantage subtracts). Both are scored as
+-- they are: with a temperature or top_k/top_p/min_p the sampled log-probs are not the policy's,
+-- so the batch is rescored (as the update does for its ratio). Returns the mean penalty.
+function M.kl_penalty(ctx, batch)
+  local c = ctx.cfg
+  local ref = score.score(ctx.ref, batch, c.minibatch)
+  local kl = core.objective.kl { logp = score.policy(ctx, batch), ref_logp = ref, mask = batch.mask,
+    kind = c.kl }
+  local total = 0
+  for i, ep in ipairs(batch.episodes) do
+    local s = 0
+    for p = batch.offsets[i] + 1, batch.offsets[i + 1] do s = s + kl:get(p) end
+    ep.kl_penalty = c.kl_reward_coef * s
+    total = total + ep.kl_penalty
+  end
+  return total / batch:size()
+end
+
+return M

@@ -1,0 +1,75 @@
+-- moonrl.train.update: the loss and update stage: K epochs of shuffled minibatch steps with a
+-- PPO-family loss (+ KL to the frozen reference, + entropy bonus, + the critic's value loss),
+-- AdamW on the policy and on the value head.
+--
+-- The `update` option replaces the stage: a function(ctx, batch, adv, step) -> stats, given the
+-- per-token advantages (a flat tensor like batch.mask); the numbers in stats are logged as
+-- loss/<name>. The default's are loss, pg_loss, clipfrac, clipfrac_lower, ppo_kl, kl, kl_loss,
+-- entropy, entropy_loss, grad_norm (value_loss, value_clipfrac with a critic), lr, updates.
+local core = require "moonrl.core"
+local sftlib = require "moonrl.sft"
+local critic = require "moonrl.train.critic"
+local score = require "moonrl.train.score"
+local seedlib = require "moonrl.train.seed"
+
+local mix = seedlib.mix
+local M = {}
+
+-- The default stage.
+function M.run(ctx, batch, adv, step)
+  local c, m = ctx.cfg, ctx.model
+  local n = batch:size()
+  local old = score.policy(ctx, batch) -- the ratio is taken against the untempered policy
+  local ref = ctx.ref and score.score(ctx.ref, batch, c.minibatch) or nil
+  local lr = core.lr_at(c.schedule, step - 1, c.steps, c.warmup, c.lr, c.min_lr)
+  local acc = { loss = 0, pg_loss = 0, clipfrac = 0, clipfrac_lower = 0, ppo_kl = 0, kl = 0,
+    kl_loss = 0, entropy = 0, entropy_loss = 0, grad_norm = 0 }
+  local head = ctx.value
+  if head then
+    if not batch.critic then
+      error("train: update: the run has a critic but the estimator left no batch.critic "
+        .. "{old_values =, returns =}", 0)
+    end
+    acc.value_loss, acc.value_clipfrac = 0, 0
+  end
+  local updates = 0
+  for epoch = 1, c.epochs do
+    local order = sftlib.shuffled(n, mix(c.seed, step, epoch))
+    for a = 1, n, c.minibatch do
+      local eps = {}
+      for j = a, math.min(n, a + c.minibatch - 1) do eps[#eps + 1] = order[j] end
+      local logp, ent, values = m:forward_batch { tokens = batch.tokens, mask = batch.mask,
+        offsets = batch.offsets, episodes = eps, value = head }
+      local stats, dlogp, dent = core.objective.loss {
+        logp = logp, old_logp = old, adv = adv, mask = batch.mask, offsets = batch.offsets,
+        episodes = eps, kind = c.loss, agg = c.agg, agg_norm = c.agg_norm,
+        clip_low = c.clip_low, clip_high = c.clip_high, clip_c = c.clip_c, tau_pos = c.tau_pos,
+        tau_neg = c.tau_neg, ref_logp = ref, kl = c.kl, kl_coef = c.kl_coef, entropy = ent,
+        entropy_coef = c.entropy_coef }
+      local vstats, dvalues
+      if head then
+        vstats, dvalues = core.objective.value_loss { values = values,
+          old_values = batch.critic.old_values, returns = batch.critic.returns, mask = batch.mask,
+          offsets = batch.offsets, episodes = eps, clip = c.value_clip, coef = c.value_coef,
+          agg = c.agg, agg_norm = c.agg_norm }
+        stats.loss = stats.loss + vstats.loss
+        stats.value_loss, stats.value_clipfrac = vstats.loss, vstats.clipfrac
+      end
+      local dw, db = m:backward_batch { tokens = batch.tokens, mask = batch.mask,
+        offsets = batch.offsets, episodes = eps, dlogprobs = dlogp, dentropy = dent,
+        value = head, dvalues = dvalues }
+      local norm = m:step { lr = lr, weight_decay = c.weight_decay, beta1 = c.beta1,
+        beta2 = c.beta2, clip = c.clip_grad }
+      if head then critic.step(c, head, dw, db, c.value_lr or lr) end
+      for k in pairs(acc) do
+        if k == "grad_norm" then acc[k] = acc[k] + norm else acc[k] = acc[k] + stats[k] end
+      end
+      updates = updates + 1
+    end
+  end
+  for k, v in pairs(acc) do acc[k] = v / math.max(updates, 1) end
+  acc.lr, acc.updates = lr, updates
+  return acc
+end
+
+return M
