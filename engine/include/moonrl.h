@@ -778,8 +778,11 @@ typedef enum mrl_loss_agg {
   MRL_AGG_TOKEN_MEAN = 0,              /* sum(l m) / sum(m) (DAPO's token-level loss) */
   MRL_AGG_SEQ_MEAN_TOKEN_SUM = 1,      /* mean over rows with a token of sum_t(l m) */
   MRL_AGG_SEQ_MEAN_TOKEN_MEAN = 2,     /* mean over rows with a token of sum_t(l m)/sum_t(m) */
-  MRL_AGG_SEQ_MEAN_TOKEN_SUM_NORM = 3, /* sum(l m) / C (Dr. GRPO in verl) */
-  MRL_AGG_OAT_DRGRPO = 4               /* mean over all rows of sum_t(l m) / C (Dr. GRPO's code) */
+  MRL_AGG_SEQ_MEAN_TOKEN_SUM_NORM = 3, /* mean over rows with a token of sum_t(l m), then / C
+                                          (Dr. GRPO in verl 1dda039; before verl b8d91ef8d it was
+                                          sum(l m) / C, without the mean over rows) */
+  MRL_AGG_OAT_DRGRPO = 4,              /* mean over all rows of sum_t(l m) / C (Dr. GRPO's code) */
+  MRL_AGG_TOKEN_SUM = 5                /* sum(l m) (verl 1dda039) */
 } mrl_loss_agg;
 
 /* *out = the aggregated loss. norm is C of the two sum-norm modes (<= 0: cols). Values of loss
@@ -822,11 +825,18 @@ MRL_API mrl_status mrl_outcome_advantage(mrl_engine *e, mrl_outcome_kind kind,
 MRL_API mrl_status mrl_gae(mrl_engine *e, const float *rewards, const float *values,
                            const float *mask, int64_t rows, int64_t cols, double gamma,
                            double lambda, float *adv, float *returns);
-/* REINFORCE++: discounted return-to-go per row, reset at every mask-0 token (credit does not
- * cross an observation); adv = whitened returns * mask. */
+/* How REINFORCE++'s running return meets a mask-0 token (an observation inside a row). */
+typedef enum mrl_return_rule {
+  MRL_RETURN_CARRY = 0, /* verl 1dda039: the token gets return 0 and the running return passes it
+                           unchanged, so credit crosses observations */
+  MRL_RETURN_RESET = 1  /* before verl 8a1bf6d5b: the token gets the running return, which then
+                           restarts from 0 (credit stops at each observation) */
+} mrl_return_rule;
+/* REINFORCE++: discounted return-to-go per row over the mask-1 tokens (returns; mask-0 tokens as
+ * rule says); adv = returns whitened over the mask-1 tokens, * mask. */
 MRL_API mrl_status mrl_reinforce_pp(mrl_engine *e, const float *rewards, const float *mask,
-                                    int64_t rows, int64_t cols, double gamma, float *adv,
-                                    float *returns);
+                                    int64_t rows, int64_t cols, double gamma, mrl_return_rule rule,
+                                    float *adv, float *returns);
 /* ReMax: returns = reverse cumulative sum of rewards * mask; adv = returns - baseline[b] * mask
  * (unmasked). baseline: rows rewards of the greedy rollouts. */
 MRL_API mrl_status mrl_remax(mrl_engine *e, const float *rewards, const float *mask,
@@ -1060,8 +1070,9 @@ typedef enum mrl_kl_kind {
   MRL_KL_ABS = 1,     /* |d| */
   MRL_KL_K2 = 2,      /* d^2 / 2 ("mse") */
   MRL_KL_K3 = 3,      /* low-variance: x = clip(-d, -20, 20), clip(e^x - x - 1, -10, 10) */
-  MRL_KL_K1_PLUS = 4, /* k1's value with k2's gradient (straight-through) */
-  MRL_KL_K3_PLUS = 5  /* k3's value with k2's gradient */
+  MRL_KL_K1_PLUS = 4, /* k1's value with k2's gradient (straight-through; verl "kl+", "k1+") */
+  MRL_KL_K3_PLUS = 5, /* k3's value with k2's gradient ("low_var_kl+", "k3+") */
+  MRL_KL_ABS_PLUS = 6 /* |d| with k2's gradient ("abs+"; "mse+" and "k2+" are k2 itself) */
 } mrl_kl_kind;
 /* Per element: kl[i] and grad[i] = d kl / d logp (either may be NULL). */
 MRL_API mrl_status mrl_kl(mrl_engine *e, mrl_kl_kind kind, const float *logp, const float *ref_logp,
@@ -1116,7 +1127,8 @@ typedef enum mrl_pg_kind {
   MRL_PG_SAPO = 3,  /* -A sigmoid(tau (r - 1)) 4 / tau, tau by the sign of A; seq-mean-token-mean */
   MRL_PG_GPG = 4,   /* -A logp (REINFORCE); old_logp may be NULL */
   MRL_PG_GMPO = 5   /* geometric mean: mean over rows of -mean(A) exp(mean log ratio clipped to
-                       [-lo, hi] on the side of A's sign); no per-token loss, no IS weights */
+                       [-lo, hi] on the side of A's sign), times the row's geometric mean of the
+                       IS weights (verl 1dda039); no per-token loss */
 } mrl_pg_kind;
 
 typedef struct mrl_pg_opts {
@@ -1141,7 +1153,8 @@ typedef struct mrl_pg_stats {
 
 /* logp (the policy's log-probabilities of the sampled tokens, what the gradient is taken with
  * respect to), old_logp (behaviour), adv, mask, is_weights (optional per-token importance
- * weights multiplying the loss): (rows, cols). Outputs: *stats; token_loss (rows, cols, not for
+ * weights multiplying the loss; GMPO: >= 0, their per-row geometric mean
+ * exp(sum m log(w + 1e-10) / (sum m + 1e-8)) multiplies the row's term): (rows, cols). Outputs: *stats; token_loss (rows, cols, not for
  * GMPO) the per-token loss before aggregation; seq_ratio (rows, GSPO and GMPO) and seq_adv (rows,
  * GMPO); dlogp (rows, cols) += d loss / d logp. opts NULL: kind's defaults. */
 MRL_API mrl_status mrl_policy_loss(mrl_engine *e, mrl_pg_kind kind, const mrl_pg_opts *opts,

@@ -90,8 +90,14 @@ static void test_returns_by_hand(void) {
   CHECK_NEAR(ret[0], 1.0, 1e-6); /* 0 + V(2) - V(0) + (1 - V(2)), plus V(0) */
   CHECK_NEAR(ret[2], 1.0, 1e-6);
   CHECK_NEAR(ret[3], 2.0, 1e-6);
-  /* REINFORCE++ resets the return at a mask-0 token */
-  MUST(mrl_reinforce_pp(e, r, m, 2, 3, 1.0, adv, ret));
+  /* REINFORCE++ (verl 1dda039): a mask-0 token gets 0 and passes the return on */
+  MUST(mrl_reinforce_pp(e, r, m, 2, 3, 1.0, MRL_RETURN_CARRY, adv, ret));
+  CHECK_NEAR(ret[2], 1.0, 1e-7);
+  CHECK(ret[1] == 0.0f);
+  CHECK_NEAR(ret[0], 1.0, 1e-7); /* the credit crosses the observation */
+  CHECK(adv[1] == 0.0f);
+  /* the rule before verl 8a1bf6d5b restarts the return at a mask-0 token */
+  MUST(mrl_reinforce_pp(e, r, m, 2, 3, 1.0, MRL_RETURN_RESET, adv, ret));
   CHECK_NEAR(ret[2], 1.0, 1e-7);
   CHECK_NEAR(ret[1], 1.0, 1e-7);
   CHECK_NEAR(ret[0], 0.0, 1e-7); /* the credit does not cross the observation */
@@ -265,9 +271,32 @@ static void test_kl_estimators_by_hand(void) {
   CHECK_NEAR(g[1], (double)lp[1] - ref[1], 1e-6); /* k2's gradient */
   MUST(mrl_kl(e, MRL_KL_ABS, lp, ref, 3, kl, g));
   CHECK(g[1] == -1.0f && g[0] == 1.0f);
+  MUST(mrl_kl(e, MRL_KL_ABS_PLUS, lp, ref, 3, kl, g)); /* |d| with k2's gradient d */
+  CHECK_NEAR(kl[1], 0.5, 1e-6);
+  CHECK_NEAR(g[1], -0.5, 1e-6);
+  CHECK_NEAR(g[2], -29.9, 1e-5);
   double beta;
   MUST(mrl_kl_adaptive(e, 0.001, 0.25, 256, 0.1, 10000, &beta));
   CHECK_NEAR(beta, 0.001 * (1 + 0.2 * 256 / 10000.0), 1e-12);
+  mrl_engine_free(e);
+}
+
+/* the aggregation modes that verl 1dda039 changed or added */
+static void test_agg_by_hand(void) {
+  mrl_engine *e = new_engine();
+  const float ones[] = {1, 1, 1, 1}, full[] = {1, 1, 1, 1};
+  double loss;
+  /* seq-mean-token-sum-norm divides the row mean of the token sums by C (here L = 2) */
+  MUST(mrl_agg_loss(e, MRL_AGG_SEQ_MEAN_TOKEN_SUM_NORM, 0, ones, full, 2, 2, &loss));
+  CHECK_NEAR(loss, 1.0, 1e-12);
+  MUST(mrl_agg_loss(e, MRL_AGG_SEQ_MEAN_TOKEN_SUM_NORM, 4, ones, full, 2, 2, &loss));
+  CHECK_NEAR(loss, 0.5, 1e-12);
+  /* an empty row is not counted: (3 + 1) / 2 rows / C = 2 */
+  const float l3[] = {1, 2, 0, 0, 1, 0}, m3[] = {1, 1, 0, 0, 1, 0};
+  MUST(mrl_agg_loss(e, MRL_AGG_SEQ_MEAN_TOKEN_SUM_NORM, 0, l3, m3, 3, 2, &loss));
+  CHECK_NEAR(loss, 1.0, 1e-12);
+  MUST(mrl_agg_loss(e, MRL_AGG_TOKEN_SUM, 0, l3, m3, 3, 2, &loss));
+  CHECK_NEAR(loss, 4.0, 1e-12);
   mrl_engine_free(e);
 }
 
@@ -362,8 +391,8 @@ static void test_policy_loss_gradients(void) {
   } kinds[] = {
       {MRL_PG_PPO, "ppo"}, {MRL_PG_SAPO, "sapo"}, {MRL_PG_GPG, "gpg"}, {MRL_PG_GMPO, "gmpo"}};
   for (size_t k = 0; k < sizeof kinds / sizeof kinds[0]; k++)
-    for (int mode = MRL_AGG_TOKEN_MEAN; mode <= MRL_AGG_OAT_DRGRPO; mode++) {
-      pg_ctx c = {e, kinds[k].kind, {0}, &b, kinds[k].kind != MRL_PG_GMPO && mode == 1};
+    for (int mode = MRL_AGG_TOKEN_MEAN; mode <= MRL_AGG_TOKEN_SUM; mode++) {
+      pg_ctx c = {e, kinds[k].kind, {0}, &b, mode == 1 || mode == MRL_AGG_TOKEN_SUM};
       mrl_pg_defaults(c.kind, &c.opts);
       c.opts.agg = (mrl_loss_agg)mode;
       if (c.kind == MRL_PG_PPO) c.opts.clip_high = 0.28; /* asymmetric, DAPO's clip-higher */
@@ -608,7 +637,9 @@ static void test_errors(void) {
   CHECK_FAILS(e, MRL_ERR_INVALID, "at least 2 valid tokens",
               mrl_gae(e, r, r, one_token, 2, 2, 1.0, 1.0, adv, NULL));
   CHECK_FAILS(e, MRL_ERR_INVALID, "at least 2 valid tokens",
-              mrl_reinforce_pp(e, r, empty_mask, 2, 2, 1.0, adv, NULL));
+              mrl_reinforce_pp(e, r, empty_mask, 2, 2, 1.0, MRL_RETURN_CARRY, adv, NULL));
+  CHECK_FAILS(e, MRL_ERR_INVALID, "unknown return rule 2",
+              mrl_reinforce_pp(e, r, m, 2, 2, 1.0, (mrl_return_rule)2, adv, NULL));
   CHECK_FAILS(e, MRL_ERR_INVALID, "gamma is 1.5", mrl_gae(e, r, r, m, 2, 2, 1.5, 1.0, adv, NULL));
 
   double loss;
@@ -641,7 +672,7 @@ static void test_errors(void) {
               mrl_policy_loss(e, (mrl_pg_kind)17, NULL, r, r, r, m, NULL, 2, 2, NULL, NULL, NULL,
                               NULL, NULL));
   float kl[4];
-  CHECK_FAILS(e, MRL_ERR_INVALID, "unknown KL estimator 6", mrl_kl(e, 6, r, r, 4, kl, NULL));
+  CHECK_FAILS(e, MRL_ERR_INVALID, "unknown KL estimator 7", mrl_kl(e, 7, r, r, 4, kl, NULL));
   CHECK_FAILS(e, MRL_ERR_INVALID, "target", mrl_kl_adaptive(e, 0.1, 0.2, 10, 0.0, 100.0, &loss));
 
   const double scores[] = {1, 2, 3};
@@ -703,6 +734,7 @@ static const test_case tests[] = {
     {"gate_and_edit_distance", test_gate_and_edit_distance},
     {"frontier_weights_against_enumeration", test_frontier_weights_against_enumeration},
     {"kl_estimators_by_hand", test_kl_estimators_by_hand},
+    {"agg_by_hand", test_agg_by_hand},
     {"policy_loss_gradients", test_policy_loss_gradients},
     {"cispo_and_gspo_gradients", test_cispo_and_gspo_gradients},
     {"a2tgpo_gradients", test_a2tgpo_gradients},

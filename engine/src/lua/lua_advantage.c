@@ -378,13 +378,11 @@ static mrl_loss_agg param_agg(lua_State *L, const char *def) {
   return (mrl_loss_agg)param_option(L, "loss_agg_mode", def, mrl__obj_agg_names);
 }
 
-static mrl_kl_kind param_kl(lua_State *L, const char *key, const char *def) {
-  static const char *const names[] = {"kl",         "k1", "abs", "mse", "k2",
-                                      "low_var_kl", "k3", "k1+", "k3+", NULL};
-  static const mrl_kl_kind kinds[] = {MRL_KL_K1, MRL_KL_K1,      MRL_KL_ABS,
-                                      MRL_KL_K2, MRL_KL_K2,      MRL_KL_K3,
-                                      MRL_KL_K3, MRL_KL_K1_PLUS, MRL_KL_K3_PLUS};
-  return kinds[param_option(L, key, def, names)];
+/* The KL estimator params.key names (def when absent), and its name in *name (optional). */
+static mrl_kl_kind param_kl(lua_State *L, const char *key, const char *def, const char **name) {
+  int i = param_option(L, key, def, mrl__obj_kl_names);
+  if (name) *name = mrl__obj_kl_names[i];
+  return mrl__obj_kl_kind(L, PARAMS, key, mrl__obj_kl_names[i]);
 }
 
 static mrl_norm_mode param_norm_mode(lua_State *L) {
@@ -649,16 +647,20 @@ static int l_remax(lua_State *L) {
   return 1;
 }
 
+/* REINFORCE++ (1.6): params.reset_at_mask = true is the rule before verl 8a1bf6d5b (the
+ * running return restarts at every mask-0 token). */
 static int l_reinforce_pp(lua_State *L) {
   static const char *const inputs[] = {"token_level_rewards", "response_mask", NULL};
-  static const char *const params[] = {"gamma", NULL};
+  static const char *const params[] = {"gamma", "reset_at_mask", NULL};
   start(L, inputs, params);
   int64_t rows, cols;
   float *r = input_matrix(L, "token_level_rewards", &rows, &cols, NULL);
   float *mask = input_like(L, "response_mask", rows, cols, "token_level_rewards");
   float *adv = buffer(L, rows * cols, sizeof *adv), *ret = buffer(L, rows * cols, sizeof *ret);
+  mrl_return_rule rule = param_boolean(L, "reset_at_mask", false) ? MRL_RETURN_RESET
+                                                                   : MRL_RETURN_CARRY;
   check_status(L, mrl_reinforce_pp(mrl__lua_engine(L), r, mask, rows, cols,
-                                   param_number(L, "gamma", 1.0), adv, ret));
+                                   param_number(L, "gamma", 1.0), rule, adv, ret));
   lua_newtable(L);
   set_matrix(L, "advantages", adv, rows, cols);
   set_matrix(L, "returns", ret, rows, cols);
@@ -769,10 +771,9 @@ static int policy_loss(lua_State *L, const char *kind, const char *const *params
   call_objective(L, "loss", 2);
   int stats = args + 1;
   if (cispo) {
-    /* d l_t / d logp_t per token: the gradient of the plain sum (sum-norm with C = 1) */
+    /* d l_t / d logp_t per token: the gradient of the plain sum (token-sum) */
     lua_pushvalue(L, args);
-    set_string(L, "agg", "seq-mean-token-sum-norm");
-    set_number(L, "agg_norm", 1.0);
+    set_string(L, "agg", "token-sum");
     set_boolean(L, "details", false);
     call_objective(L, "loss", 2);
   }
@@ -901,7 +902,8 @@ static int l_kl_penalty(lua_State *L) {
   if (rank != rank2 || shape[0] != shape2[0] || shape[1] != shape2[1])
     luaL_argerror(L, INPUTS, "inputs.ref_logprob: not the shape of inputs.logprob");
   int64_t n = shape[0] * shape[1];
-  const char *kind = mrl__obj_kl_names[param_kl(L, "kind", "kl")];
+  const char *kind;
+  param_kl(L, "kind", "kl", &kind);
   float *ones = buffer(L, n, sizeof *ones), *zeros = buffer(L, n, sizeof *zeros);
   for (int64_t i = 0; i < n; i++) ones[i] = 1.0f;
   lua_createtable(L, 0, 4);
@@ -916,8 +918,7 @@ static int l_kl_penalty(lua_State *L) {
   set_tensor(L, "adv", zeros, n);
   set_tensor(L, "mask", ones, n);
   set_layout(L, 1, n);
-  set_string(L, "agg", "seq-mean-token-sum-norm");
-  set_number(L, "agg_norm", 1.0);
+  set_string(L, "agg", "token-sum");
   set_tensor(L, "ref_logp", ref, n);
   set_string(L, "kl", kind);
   set_number(L, "kl_coef", 1.0);
@@ -940,7 +941,7 @@ static int l_apply_kl_penalty(lua_State *L) {
   float *mask = input_like(L, "response_mask", rows, cols, "token_level_scores");
   float *rewards = buffer(L, rows * cols, sizeof *rewards);
   double current;
-  check_status(L, mrl_kl_reward(mrl__lua_engine(L), param_kl(L, "kind", "kl"),
+  check_status(L, mrl_kl_reward(mrl__lua_engine(L), param_kl(L, "kind", "kl", NULL),
                                 param_number(L, "beta", 0.001), scores, old, ref, mask, rows, cols,
                                 rewards, &current));
   lua_newtable(L);
@@ -1014,7 +1015,7 @@ static int l_ttopd_turn_kl(lua_State *L) {
     lua_pop(L, 1);
   }
   double loss, *per_turn = buffer(L, rows * slots, sizeof *per_turn);
-  check_status(L, mrl_turn_kl_loss(mrl__lua_engine(L), param_kl(L, "estimator", "k1"), student,
+  check_status(L, mrl_turn_kl_loss(mrl__lua_engine(L), param_kl(L, "estimator", "k1", NULL), student,
                                    teacher, mask, turn, rows, cols, slots, weights, &loss, per_turn,
                                    NULL));
   lua_newtable(L);

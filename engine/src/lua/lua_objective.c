@@ -104,8 +104,19 @@ int mrl__obj_option(lua_State *L, int arg, const char *key, const char *value,
 
 const char *const mrl__obj_agg_names[] = {"token-mean",          "seq-mean-token-sum",
                                           "seq-mean-token-mean", "seq-mean-token-sum-norm",
-                                          "oat-drgrpo",          NULL};
-const char *const mrl__obj_kl_names[] = {"k1", "abs", "k2", "k3", "k1+", "k3+", NULL};
+                                          "oat-drgrpo",          "token-sum",
+                                          NULL};
+/* moonrl's names first, then verl's spellings of the same estimators */
+const char *const mrl__obj_kl_names[] = {"k1",  "abs",  "k2",  "k3",  "k1+",        "abs+",
+                                         "k2+", "k3+",  "kl",  "mse", "low_var_kl", "kl+",
+                                         "mse+", "low_var_kl+", NULL};
+static const mrl_kl_kind kl_kinds[] = {
+    MRL_KL_K1, MRL_KL_ABS, MRL_KL_K2, MRL_KL_K3, MRL_KL_K1_PLUS, MRL_KL_ABS_PLUS, MRL_KL_K2,
+    MRL_KL_K3_PLUS, MRL_KL_K1, MRL_KL_K2, MRL_KL_K3, MRL_KL_K1_PLUS, MRL_KL_K2, MRL_KL_K3_PLUS};
+
+mrl_kl_kind mrl__obj_kl_kind(lua_State *L, int arg, const char *key, const char *value) {
+  return kl_kinds[mrl__obj_option(L, arg, key, value, mrl__obj_kl_names)];
+}
 
 /* ---- argument helpers ---- */
 
@@ -243,7 +254,8 @@ static int l_advantage(lua_State *L) {
       rewards[i * cols] = 0.0f;
       if (c > 0) rewards[i * cols + c - 1] = (float)scores[i];
     }
-    st = mrl_reinforce_pp(mrl__lua_engine(L), rewards, mask, rows, cols, 1.0, adv, returns);
+    st = mrl_reinforce_pp(mrl__lua_engine(L), rewards, mask, rows, cols, 1.0, MRL_RETURN_CARRY,
+                          adv, returns);
     if (st) return raise(L, st);
     for (int64_t i = 0; i < rows; i++) {
       int64_t c = counts ? (int64_t)counts[i] : 1;
@@ -518,7 +530,7 @@ static int l_loss(lua_State *L) {
   o.clip_c = mrl__lua_opt_number(L, 1, "clip_c", o.clip_c);
   o.tau_pos = mrl__lua_opt_number(L, 1, "tau_pos", o.tau_pos);
   o.tau_neg = mrl__lua_opt_number(L, 1, "tau_neg", o.tau_neg);
-  mrl_kl_kind kl_kind = (mrl_kl_kind)find_name(L, 1, "kl", mrl__obj_kl_names, "k3");
+  mrl_kl_kind kl_kind = mrl__obj_kl_kind(L, 1, "kl", mrl__lua_opt_string(L, 1, "kl", "k3"));
   double kl_coef = mrl__lua_opt_number(L, 1, "kl_coef", 0.0);
   double ent_coef = mrl__lua_opt_number(L, 1, "entropy_coef", 0.0);
   bool details = opt_boolean(L, 1, "details", false);
@@ -602,7 +614,7 @@ static int l_kl(lua_State *L) {
   int64_t n = mrl_tensor_numel(mt);
   const float *mask = mrl_tensor_data(mt);
   const float *logp = flat_tensor(L, 1, "logp", n, true), *ref = flat_tensor(L, 1, "ref_logp", n, true);
-  mrl_kl_kind kind = (mrl_kl_kind)find_name(L, 1, "kind", mrl__obj_kl_names, "k3");
+  mrl_kl_kind kind = mrl__obj_kl_kind(L, 1, "kind", mrl__lua_opt_string(L, 1, "kind", "k3"));
   float *kl = mrl__obj_buffer(L, n, sizeof(float));
   mrl_status st = mrl_kl(mrl__lua_engine(L), kind, logp, ref, n, kl, NULL);
   if (st) return raise(L, st);

@@ -192,12 +192,15 @@ mrl_status mrl_gae(mrl_engine *e, const float *rewards, const float *values, con
 }
 
 mrl_status mrl_reinforce_pp(mrl_engine *e, const float *rewards, const float *mask, int64_t rows,
-                            int64_t cols, double gamma, float *adv, float *returns) {
+                            int64_t cols, double gamma, mrl_return_rule rule, float *adv,
+                            float *returns) {
   static const char fn[] = "mrl_reinforce_pp";
   ADV_TRY(check_token_batch(e, fn, rewards, mask, rows, cols));
   int64_t n = rows * cols;
   ADV_TRY(mrl__adv_need(e, fn, "adv", adv, n));
   ADV_TRY(check_discount(e, fn, "gamma", gamma));
+  if (rule != MRL_RETURN_CARRY && rule != MRL_RETURN_RESET)
+    return mrl__fail(e, MRL_ERR_INVALID, fn, "unknown return rule %d", (int)rule);
   ADV_TRY(mrl__whiten_count(e, fn, mask, n));
   mrl__scratch s = {.e = e, .fn = fn};
   double *ret = mrl__scratch_get(&s, n, sizeof *ret);
@@ -206,9 +209,15 @@ mrl_status mrl_reinforce_pp(mrl_engine *e, const float *rewards, const float *ma
     double run = 0.0;
     for (int64_t t = cols - 1; t >= 0; t--) {
       int64_t i = b * cols + t;
-      run = rewards[i] + gamma * run;
-      ret[i] = run;
-      if (mask[i] == 0.0f) run = 0.0; /* verl's quirk: no credit across an observation */
+      double next = rewards[i] + gamma * run;
+      if (mask[i] != 0.0f) {
+        ret[i] = run = next;
+      } else if (rule == MRL_RETURN_CARRY) {
+        ret[i] = 0.0; /* an observation token: the return passes it unchanged */
+      } else {
+        ret[i] = next; /* the rule before verl 8a1bf6d5b: no credit across an observation */
+        run = 0.0;
+      }
     }
   }
   if (returns)

@@ -83,13 +83,14 @@ static mrl_status check_pg_opts(mrl_engine *e, const char *fn, mrl_pg_kind kind,
   return MRL_OK;
 }
 
-/* GMPO works on whole rows: loss = mean over rows of -mean(A) exp(mean clipped log ratio). */
+/* GMPO works on whole rows: loss = mean over rows of -mean(A) exp(mean clipped log ratio), each
+ * row's term times the geometric mean of its IS weights. */
 static void gmpo(const mrl_pg_opts *o, const double *x, const float *adv, const float *mask,
-                 int64_t rows, int64_t cols, mrl_pg_stats *st, double *seq_ratio, double *seq_adv,
-                 float *dlogp) {
+                 const float *is_weights, int64_t rows, int64_t cols, mrl_pg_stats *st,
+                 double *seq_ratio, double *seq_adv, float *dlogp) {
   double loss = 0.0, upper = 0.0, lower = 0.0, valid = 0.0;
   for (int64_t b = 0; b < rows; b++) {
-    double msum = 0.0, xsum = 0.0, asum = 0.0;
+    double msum = 0.0, xsum = 0.0, asum = 0.0, lwsum = 0.0;
     for (int64_t t = 0; t < cols; t++) {
       int64_t i = b * cols + t;
       if (mask[i] == 0.0f) continue;
@@ -99,14 +100,16 @@ static void gmpo(const mrl_pg_opts *o, const double *x, const float *adv, const 
       msum += 1.0;
       xsum += xs;
       asum += a;
+      if (is_weights) lwsum += log((double)is_weights[i] + 1e-10);
       valid += 1.0;
       upper += x[i] != xc && a > 0;
       lower += x[i] != xc && a < 0;
     }
     double r = exp(xsum / (msum + 1e-8)), abar = asum / (msum + 1e-8);
+    if (is_weights) abar *= exp(lwsum / (msum + 1e-8)); /* a constant factor of the row's term */
     loss += -abar * r;
     if (seq_ratio) seq_ratio[b] = r;
-    if (seq_adv) seq_adv[b] = abar;
+    if (seq_adv) seq_adv[b] = asum / (msum + 1e-8);
     if (dlogp)
       for (int64_t t = 0; t < cols; t++) {
         int64_t i = b * cols + t;
@@ -145,9 +148,15 @@ mrl_status mrl_policy_loss(mrl_engine *e, mrl_pg_kind kind, const mrl_pg_opts *o
   if (old_logp) ADV_TRY(mrl__adv_finite(e, fn, "old_logp", old_logp, mask, n));
   ADV_TRY(mrl__adv_finite(e, fn, "adv", adv, mask, n));
   if (is_weights) ADV_TRY(mrl__adv_finite(e, fn, "is_weights", is_weights, mask, n));
-  if (kind == MRL_PG_GMPO && (token_loss || is_weights))
+  if (kind == MRL_PG_GMPO && is_weights)
+    for (int64_t i = 0; i < n; i++)
+      if (mask[i] != 0.0f && is_weights[i] < 0.0f)
+        return mrl__fail(e, MRL_ERR_INVALID, fn,
+                         "is_weights[%lld] is %g; GMPO takes the log of IS weights, which are >= 0",
+                         (long long)i, (double)is_weights[i]);
+  if (kind == MRL_PG_GMPO && token_loss)
     return mrl__fail(e, MRL_ERR_UNSUPPORTED, fn,
-                     "GMPO has no per-token loss: token_loss and is_weights must be NULL");
+                     "GMPO has no per-token loss: token_loss must be NULL");
   if (seq_ratio && kind != MRL_PG_GSPO && kind != MRL_PG_GMPO)
     return mrl__fail(e, MRL_ERR_INVALID, fn, "seq_ratio: only GSPO and GMPO have one");
   if (seq_adv && kind != MRL_PG_GMPO)
@@ -175,7 +184,7 @@ mrl_status mrl_policy_loss(mrl_engine *e, mrl_pg_kind kind, const mrl_pg_opts *o
         kl -= x[i];
       }
     st.ppo_kl = kl / (valid + 1e-8);
-    gmpo(&o, x, adv, mask, rows, cols, &st, seq_ratio, seq_adv, dlogp);
+    gmpo(&o, x, adv, mask, is_weights, rows, cols, &st, seq_ratio, seq_adv, dlogp);
     if (stats) *stats = st;
     mrl__scratch_free(&s);
     return MRL_OK;

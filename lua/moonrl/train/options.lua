@@ -304,8 +304,9 @@ end
 
 local PG_LOSSES = { "ppo", "gspo", "cispo", "sapo", "gpg", "gmpo" }
 local AGGS = { "token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm",
-  "oat-drgrpo" }
-local KLS = { "k1", "abs", "k2", "k3", "k1+", "k3+" }
+  "oat-drgrpo", "token-sum" }
+local KLS = { "k1", "abs", "k2", "k3", "k1+", "abs+", "k2+", "k3+", "kl", "mse", "low_var_kl", "kl+",
+  "mse+", "low_var_kl+" }
 
 -- what to train, where
 opt("model", nil, instance_of("moonrl.model", "an rl.model"), true)
