@@ -1185,7 +1185,7 @@ typedef struct mrl_pg_opts {
   double clip_high; /* PPO, DPPO, clip-cov 0.2 (0.28: DAPO clip-higher); GSPO 4e-4; CISPO 0.2;
                        GMPO 0.4 */
   double clip_c;    /* PPO dual clip, > 1 (3; INFINITY: off); DPPO's truncation of the ratio,
-                       > 0 (20) */
+                       > 0 (3, verl's ActorConfig; its DPPO recipe sets 10000) */
   double tau_pos;   /* SAPO gate temperature for A > 0 (1) */
   double tau_neg;   /* ... and for A <= 0 (1.05) */
   double cov_ratio; /* clip-cov, kl-cov: the share of tokens chosen (2e-4) */

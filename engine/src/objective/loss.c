@@ -53,8 +53,6 @@ void mrl_pg_defaults(mrl_pg_kind kind, mrl_pg_opts *opts) {
                         .dro_beta = 0.0,
                         .seed = 0};
   switch (kind) {
-  case MRL_PG_DPPO_TV:
-  case MRL_PG_DPPO_KL: opts->clip_c = 20.0; break;
   case MRL_PG_REINFORCE: opts->agg = MRL_AGG_SEQ_MEAN_TOKEN_SUM; break;
   case MRL_PG_GSPO:
     opts->clip_low = 3e-4;
