@@ -1,14 +1,17 @@
 /* lua_advantage.c - rl.advantage: one function per method family of the spec's test vectors
- * (shared/spec/advantage_vectors.json), rl.advantage.<method>(inputs, params), taking the tables
+ * (shared/spec/advantage_vectors.json) and of verl 1dda039's additions
+ * (tests/advantage/verl_vectors.json), rl.advantage.<method>(inputs, params), taking the tables
  * a case's `inputs` and `params` hold and returning a table of its output keys.
  *
- * The families the trainer uses (outcome estimators, GAE, step returns, GiGPO and BEACON, the
- * policy and value losses, KL, overlong shaping) are adapters over rl.objective: they lay the case
+ * The families the trainer uses (outcome estimators and GDPO, GAE, step returns, GiGPO and
+ * BEACON, the policy and value losses, KL, rollout correction and bypass mode, overlong shaping)
+ * are adapters over rl.objective: they lay the case
  * out as the trainer does (each matrix row one episode of flat token tensors, per-row lists), call
  * the rl.objective function the trainer calls and read its results back, so the vectors check the
  * trainer's path. rl.objective computes per-token values on sampled tokens only and gives 0 at
  * mask-0 positions (spec 0.3: consumers multiply by the mask). The other families call the engine
- * (advantage*.c, loss*.c) directly: nothing else marshals them.
+ * (advantage*.c, loss*.c) directly: nothing else marshals them, or, for the optimal token
+ * baseline, rl.objective.otb lays episodes out differently (from their first sampled token).
  *
  * Conventions, those of the vectors file: 2-D arrays are tables of equal-length rows; ids (group,
  * trajectory, agent, anchor, action) are numbers or strings, equal iff equal in Lua; row, step and

@@ -522,7 +522,7 @@ local function relations(c)
   if c.sft and type(c.env.oracle) ~= "function" then
     return "sft: the environment " .. c.env.name .. " has no oracle(task, rng) to learn from"
   end
-  if c.loss == "dro" and not c.dro_beta then
+  if c.loss == "dro" and not (c.dro_beta and c.dro_beta > 0) then
     return "dro_beta: loss = \"dro\" needs a positive dro_beta (verl has no default)"
   end
   if c.advantage == "gdpo" and c.kl_reward_coef ~= 0 then
