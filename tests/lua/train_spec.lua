@@ -488,8 +488,9 @@ end
     assert.matches("kl_reward_coef is not one of them", err { advantage = "gdpo", kl_reward_coef = 0.1 })
     assert.matches("rollout_correction: .*rs_threshold: needed with rs",
       err { rollout_correction = { rollout_rs = "token_k2" } })
-    assert.matches("rollout_correction: .*rs: unknown value 'seq_k9'",
-      err { rollout_correction = { rollout_rs = "seq_k9", rollout_rs_threshold = 1 } })
+    assert.matches("rollout_correction.rollout_rs: unknown criterion 'seq_maxx_k3' %(did you mean "
+      .. "'seq_max_k3'%?%)", err { rollout_correction = { rollout_rs = "token_k1, seq_maxx_k3",
+      rollout_rs_threshold = 1 } })
     assert.matches("rollout_correction.bypass_mode: the loss is",
       err { loss = "gspo", rollout_correction = { bypass_mode = true } })
     local ok, msg = pcall(rl.train, { tokenizer = tok, env = guess })

@@ -561,6 +561,20 @@ local function relations(c)
     if rc.rollout_rs_threshold and not rc.rollout_rs then
       return "rollout_correction.rollout_rs_threshold: only with rollout_rs"
     end
+    local criteria = {}
+    if type(rc.rollout_rs) == "string" then
+      for name in rc.rollout_rs:gmatch("[^,%s]+") do criteria[#criteria + 1] = name end
+    elseif rc.rollout_rs then
+      criteria = rc.rollout_rs
+    end
+    for _, name in ipairs(criteria) do
+      if enum(NAMES.rs)(name) then
+        local near = M.nearest(name, NAMES.rs)
+        return string.format("rollout_correction.rollout_rs: unknown criterion '%s'%s (known: %s)",
+          name, near and string.format(" (did you mean '%s'?)", near) or "",
+          table.concat(NAMES.rs, ", "))
+      end
+    end
     -- the thresholds and criteria as rl.objective reads them, on one token
     local core = require "moonrl.core"
     local one = core.tensor.zeros(1)
