@@ -778,8 +778,11 @@ typedef enum mrl_loss_agg {
   MRL_AGG_TOKEN_MEAN = 0,              /* sum(l m) / sum(m) (DAPO's token-level loss) */
   MRL_AGG_SEQ_MEAN_TOKEN_SUM = 1,      /* mean over rows with a token of sum_t(l m) */
   MRL_AGG_SEQ_MEAN_TOKEN_MEAN = 2,     /* mean over rows with a token of sum_t(l m)/sum_t(m) */
-  MRL_AGG_SEQ_MEAN_TOKEN_SUM_NORM = 3, /* sum(l m) / C (Dr. GRPO in verl) */
-  MRL_AGG_OAT_DRGRPO = 4               /* mean over all rows of sum_t(l m) / C (Dr. GRPO's code) */
+  MRL_AGG_SEQ_MEAN_TOKEN_SUM_NORM = 3, /* mean over rows with a token of sum_t(l m), then / C
+                                          (Dr. GRPO in verl 1dda039; before verl b8d91ef8d it was
+                                          sum(l m) / C, without the mean over rows) */
+  MRL_AGG_OAT_DRGRPO = 4,              /* mean over all rows of sum_t(l m) / C (Dr. GRPO's code) */
+  MRL_AGG_TOKEN_SUM = 5                /* sum(l m) (verl 1dda039) */
 } mrl_loss_agg;
 
 /* *out = the aggregated loss. norm is C of the two sum-norm modes (<= 0: cols). Values of loss
@@ -814,6 +817,36 @@ MRL_API mrl_status mrl_outcome_advantage(mrl_engine *e, mrl_outcome_kind kind,
                                          const mrl_outcome_opts *opts, const float *rewards,
                                          const float *mask, const int64_t *group, int64_t rows,
                                          int64_t cols, float *adv);
+/* GDPO (verl "gdpo"): each reward term k (scores + k * rows: one score per row) is normalised
+ * within the prompt groups as GRPO does (opts: epsilon, norm_by_std; groups of one keep their
+ * score), the normalised terms are summed with weights (terms entries; NULL: 1 each), written to
+ * every token (* mask) and whitened over the mask-1 tokens (needs 2 of them), * mask. */
+MRL_API mrl_status mrl_gdpo(mrl_engine *e, const mrl_outcome_opts *opts, const double *scores,
+                            const double *weights, int64_t terms, const float *mask,
+                            const int64_t *group, int64_t rows, int64_t cols, float *adv);
+
+/* -- the optimal token baseline (verl "optimal_token_baseline", "tir_optimal_token_baseline") */
+typedef struct mrl_otb_opts {
+  double epsilon;       /* added to the baseline's denominator (1e-8) */
+  int handle_zero_tail; /* the longest row of a group, when it is the only one that long, gets
+                           baseline 0 past the second-longest row's length (1) */
+  int multi_turn;       /* 1: "tir_": each row's mask-1 tokens are packed to the left first, so
+                           step j is a row's j-th sampled token (observations do not count) (0) */
+} mrl_otb_opts;
+MRL_API void mrl_otb_defaults(mrl_otb_opts *opts);
+/* returns G = reverse cumulative sum of rewards * mask; per token w = 1 - 2 exp(old_logp) +
+ * sum_pi_sq (the squared norm of the score function), times is_weights^2 when given (optional);
+ * W = cumulative sum of w * mask along the row. Within a prompt group of 2 or more rows the
+ * baseline of step t is B_t = sum G W m / (sum W m + epsilon) over the group's rows (a group of
+ * one: B = 0); adv = (G - B) * mask. sum_pi_sq: the sum over the vocabulary of the squared
+ * probabilities of the distribution each token was sampled from. All token arrays (rows, cols);
+ * returns may be NULL. Token inputs at mask-0 positions are ignored. */
+MRL_API mrl_status mrl_optimal_token_baseline(mrl_engine *e, const mrl_otb_opts *opts,
+                                              const float *rewards, const float *mask,
+                                              const int64_t *group, const float *old_logp,
+                                              const float *sum_pi_sq, const float *is_weights,
+                                              int64_t rows, int64_t cols, float *adv,
+                                              float *returns);
 
 /* -- token-level returns (1.1, 1.6, 1.8); all arrays (rows, cols); returns may be NULL -- */
 /* GAE with a critic: mask-0 tokens neither bootstrap nor advance the recursion (observation
@@ -822,11 +855,18 @@ MRL_API mrl_status mrl_outcome_advantage(mrl_engine *e, mrl_outcome_kind kind,
 MRL_API mrl_status mrl_gae(mrl_engine *e, const float *rewards, const float *values,
                            const float *mask, int64_t rows, int64_t cols, double gamma,
                            double lambda, float *adv, float *returns);
-/* REINFORCE++: discounted return-to-go per row, reset at every mask-0 token (credit does not
- * cross an observation); adv = whitened returns * mask. */
+/* How REINFORCE++'s running return meets a mask-0 token (an observation inside a row). */
+typedef enum mrl_return_rule {
+  MRL_RETURN_CARRY = 0, /* verl 1dda039: the token gets return 0 and the running return passes it
+                           unchanged, so credit crosses observations */
+  MRL_RETURN_RESET = 1  /* before verl 8a1bf6d5b: the token gets the running return, which then
+                           restarts from 0 (credit stops at each observation) */
+} mrl_return_rule;
+/* REINFORCE++: discounted return-to-go per row over the mask-1 tokens (returns; mask-0 tokens as
+ * rule says); adv = returns whitened over the mask-1 tokens, * mask. */
 MRL_API mrl_status mrl_reinforce_pp(mrl_engine *e, const float *rewards, const float *mask,
-                                    int64_t rows, int64_t cols, double gamma, float *adv,
-                                    float *returns);
+                                    int64_t rows, int64_t cols, double gamma, mrl_return_rule rule,
+                                    float *adv, float *returns);
 /* ReMax: returns = reverse cumulative sum of rewards * mask; adv = returns - baseline[b] * mask
  * (unmasked). baseline: rows rewards of the greedy rollouts. */
 MRL_API mrl_status mrl_remax(mrl_engine *e, const float *rewards, const float *mask,
@@ -1060,8 +1100,9 @@ typedef enum mrl_kl_kind {
   MRL_KL_ABS = 1,     /* |d| */
   MRL_KL_K2 = 2,      /* d^2 / 2 ("mse") */
   MRL_KL_K3 = 3,      /* low-variance: x = clip(-d, -20, 20), clip(e^x - x - 1, -10, 10) */
-  MRL_KL_K1_PLUS = 4, /* k1's value with k2's gradient (straight-through) */
-  MRL_KL_K3_PLUS = 5  /* k3's value with k2's gradient */
+  MRL_KL_K1_PLUS = 4, /* k1's value with k2's gradient (straight-through; verl "kl+", "k1+") */
+  MRL_KL_K3_PLUS = 5, /* k3's value with k2's gradient ("low_var_kl+", "k3+") */
+  MRL_KL_ABS_PLUS = 6 /* |d| with k2's gradient ("abs+"; "mse+" and "k2+" are k2 itself) */
 } mrl_kl_kind;
 /* Per element: kl[i] and grad[i] = d kl / d logp (either may be NULL). */
 MRL_API mrl_status mrl_kl(mrl_engine *e, mrl_kl_kind kind, const float *logp, const float *ref_logp,
@@ -1115,18 +1156,44 @@ typedef enum mrl_pg_kind {
   MRL_PG_CISPO = 2, /* -stopgrad(clip(r, 1 - lo, 1 + hi)) A logp */
   MRL_PG_SAPO = 3,  /* -A sigmoid(tau (r - 1)) 4 / tau, tau by the sign of A; seq-mean-token-mean */
   MRL_PG_GPG = 4,   /* -A logp (REINFORCE); old_logp may be NULL */
-  MRL_PG_GMPO = 5   /* geometric mean: mean over rows of -mean(A) exp(mean log ratio clipped to
-                       [-lo, hi] on the side of A's sign); no per-token loss, no IS weights */
+  MRL_PG_GMPO = 5,  /* geometric mean: mean over rows of -mean(A) exp(mean log ratio clipped to
+                       [-lo, hi] on the side of A's sign), times the row's geometric mean of the
+                       IS weights (verl 1dda039); no per-token loss */
+  /* DPPO (verl "dppo_tv", "dppo_kl"): -A sg(min(r, c)) logp on the tokens inside the divergence
+   * trust region, 0 outside it. p = exp(logp), q = exp(old_logp). */
+  MRL_PG_DPPO_TV = 6, /* inside: A > 0 and p - q <= hi, or A <= 0 and p - q >= -lo */
+  MRL_PG_DPPO_KL = 7, /* inside, with the binary KL k = q log(q / p) + (1 - q)
+                         log((1 - q + 1e-8) / (1 - p + 1e-8)): A > 0 and (k <= hi or p <= q), or
+                         A <= 0 and (k <= lo or p >= q) */
+  MRL_PG_CLIP_COV = 8, /* verl "clip_cov": PPO without dual clip and without the +-20 clamp,
+                          except on a random cov_ratio share (at least 1) of the unclipped tokens
+                          whose covariance (A - mean A)(logp - mean logp) lies in (cov_lb,
+                          cov_ub): they get loss 0 */
+  MRL_PG_KL_COV = 9,   /* verl "kl_cov": -A r (no clip, no clamp) plus kl_coef |logp - old_logp|
+                          on the cov_ratio share (at least 1) of tokens with the largest
+                          covariance (ties: the earlier token) */
+  MRL_PG_DRO = 10,     /* verl "dro": -A logp + dro_beta / 2 (logp - old_logp)^2 */
+  MRL_PG_REINFORCE = 11 /* verl's REINFORCE loss (bypass mode): -A logp, times the IS weights;
+                           seq-mean-token-sum by default; old_logp (the rollout's) optional */
 } mrl_pg_kind;
 
 typedef struct mrl_pg_opts {
-  mrl_loss_agg agg; /* PPO, CISPO, GPG: token-mean (GSPO, SAPO, GMPO have their own) */
+  mrl_loss_agg agg; /* token-mean; REINFORCE seq-mean-token-sum (GSPO, SAPO, GMPO: their own) */
   double agg_norm;  /* C of the sum-norm modes (<= 0: cols) */
-  double clip_low;  /* PPO 0.2; GSPO 3e-4; CISPO 10 (>= 1: no lower bound); GMPO 0.4 (log) */
-  double clip_high; /* PPO 0.2 (0.28: DAPO clip-higher); GSPO 4e-4; CISPO 0.2; GMPO 0.4 */
-  double clip_c;    /* PPO dual clip, > 1 (3; INFINITY: off) */
+  double clip_low;  /* PPO, DPPO, clip-cov 0.2; GSPO 3e-4; CISPO 10 (>= 1: no lower bound); GMPO
+                       0.4 (log); DPPO: the divergence bounds */
+  double clip_high; /* PPO, DPPO, clip-cov 0.2 (0.28: DAPO clip-higher); GSPO 4e-4; CISPO 0.2;
+                       GMPO 0.4 */
+  double clip_c;    /* PPO dual clip, > 1 (3; INFINITY: off); DPPO's truncation of the ratio,
+                       > 0 (3, verl's ActorConfig; its DPPO recipe sets 10000) */
   double tau_pos;   /* SAPO gate temperature for A > 0 (1) */
   double tau_neg;   /* ... and for A <= 0 (1.05) */
+  double cov_ratio; /* clip-cov, kl-cov: the share of tokens chosen (2e-4) */
+  double cov_lb;    /* clip-cov: the covariance window (1) ... */
+  double cov_ub;    /* ... (5) */
+  double kl_coef;   /* kl-cov: the coefficient of |log ratio| (0.1, verl's ppo_kl_coef) */
+  double dro_beta;  /* DRO: the quadratic penalty, > 0 (no default: 0 is refused) */
+  uint64_t seed;    /* clip-cov: the random choice of tokens (0) */
 } mrl_pg_opts;
 /* Fills *opts with kind's defaults (listed above). */
 MRL_API void mrl_pg_defaults(mrl_pg_kind kind, mrl_pg_opts *opts);
@@ -1134,14 +1201,18 @@ MRL_API void mrl_pg_defaults(mrl_pg_kind kind, mrl_pg_opts *opts);
 typedef struct mrl_pg_stats {
   double loss;
   double clipfrac;       /* PPO, GSPO: masked share of clipped tokens; CISPO: ratio != clip;
-                            GMPO: clipped tokens with A > 0 */
-  double clipfrac_lower; /* PPO: share of A < 0 tokens under the dual clip; GMPO: clipped, A < 0 */
-  double ppo_kl;         /* masked mean of old_logp - logp (0 without old_logp) */
+                            GMPO: clipped tokens with A > 0; DPPO: tokens outside the trust
+                            region; clip-cov: tokens given loss 0; kl-cov: tokens given the KL */
+  double clipfrac_lower; /* PPO: share of A < 0 tokens under the dual clip; GMPO: clipped, A < 0;
+                            DPPO: tokens inside whose ratio exceeds clip_c */
+  double ppo_kl;         /* masked mean of old_logp - logp (0 without old_logp); kl-cov: of
+                            |logp - old_logp| */
 } mrl_pg_stats;
 
 /* logp (the policy's log-probabilities of the sampled tokens, what the gradient is taken with
  * respect to), old_logp (behaviour), adv, mask, is_weights (optional per-token importance
- * weights multiplying the loss): (rows, cols). Outputs: *stats; token_loss (rows, cols, not for
+ * weights multiplying the loss; GMPO: >= 0, their per-row geometric mean
+ * exp(sum m log(w + 1e-10) / (sum m + 1e-8)) multiplies the row's term): (rows, cols). Outputs: *stats; token_loss (rows, cols, not for
  * GMPO) the per-token loss before aggregation; seq_ratio (rows, GSPO and GMPO) and seq_adv (rows,
  * GMPO); dlogp (rows, cols) += d loss / d logp. opts NULL: kind's defaults. */
 MRL_API mrl_status mrl_policy_loss(mrl_engine *e, mrl_pg_kind kind, const mrl_pg_opts *opts,
@@ -1159,6 +1230,74 @@ MRL_API mrl_status mrl_a2tgpo_loss(mrl_engine *e, const mrl_pg_opts *opts, int t
                                    const float *mask, const int32_t *turn, const float *clip_scale,
                                    int64_t rows, int64_t cols, mrl_pg_stats *stats,
                                    float *token_loss, float *ratio, float *dlogp);
+
+/* -- rollout correction (verl's rollout_corr_helper): importance weights and rejection masks for
+ * the mismatch between the policy that sampled (rollout_logp) and the one trained (logp) -- */
+typedef enum mrl_rollout_is_level {
+  MRL_ROLLOUT_IS_NONE = 0,    /* no weights */
+  MRL_ROLLOUT_IS_TOKEN = 1,   /* w = exp(clip(logp - rollout_logp, -20, 20)) per token */
+  MRL_ROLLOUT_IS_SEQUENCE = 2 /* w = exp(clip(sum over the row's mask-1 tokens, -20, 20)) */
+} mrl_rollout_is_level;
+
+/* Rejection criteria on the log ratio x = clip(logp - rollout_logp, -20, 20) per token:
+ * k1 = -x, k2 = x^2 / 2, k3 = e^x - 1 - x. Token criteria reject tokens; the others reject whole
+ * rows: their sum (seq_sum), masked mean (seq_mean) or maximum (seq_max) over the row's mask-1
+ * tokens. A k1 criterion keeps log(lower) <= value <= log(upper); the others value <= upper. */
+typedef enum mrl_rollout_rs_kind {
+  MRL_RS_TOKEN_K1 = 0,
+  MRL_RS_TOKEN_K2 = 1,
+  MRL_RS_TOKEN_K3 = 2,
+  MRL_RS_SEQ_SUM_K1 = 3,
+  MRL_RS_SEQ_SUM_K2 = 4,
+  MRL_RS_SEQ_SUM_K3 = 5,
+  MRL_RS_SEQ_MEAN_K1 = 6,
+  MRL_RS_SEQ_MEAN_K2 = 7,
+  MRL_RS_SEQ_MEAN_K3 = 8,
+  MRL_RS_SEQ_MAX_K2 = 9,
+  MRL_RS_SEQ_MAX_K3 = 10,
+  MRL_RS_BINARY_KL = 11 /* per token max(KL(p || q), KL(q || p)) of the Bernoulli distributions
+                           of p = exp(logp), q = exp(rollout_logp), each clamped to
+                           [1e-6, 1 - 1e-6] */
+} mrl_rollout_rs_kind;
+
+typedef struct mrl_rollout_rs {
+  mrl_rollout_rs_kind kind;
+  double upper; /* > 0 */
+  double lower; /* k1 criteria: > 0, <= upper (<= 0: 1 / upper); ignored by the others */
+} mrl_rollout_rs;
+
+typedef struct mrl_rollout_corr_opts {
+  mrl_rollout_is_level is;
+  double is_upper;        /* truncation: w = min(w, is_upper) (> 0; verl's default 2) */
+  double is_lower;        /* > 0: mask instead of truncate ("IcePop"): w = 0 outside
+                             [is_lower, is_upper]; 0: truncate */
+  int is_batch_normalize; /* divide by the mean weight (over tokens, or over rows with a token
+                             for sequence weights) when it is above 1e-8 */
+  const mrl_rollout_rs *rs; /* n_rs criteria, all of which a token must pass (borrowed) */
+  int64_t n_rs;
+} mrl_rollout_corr_opts;
+
+typedef struct mrl_rollout_corr_stats {
+  double is_mean;            /* masked mean of the weights before batch normalisation */
+  double is_fraction_high;   /* share of tokens (rows, sequence level) whose raw weight is above
+                                is_upper ... */
+  double is_fraction_low;    /* ... or below is_lower (1 / is_upper when truncating) */
+  double is_norm_factor;     /* what batch normalisation divided by (1: none) */
+  double rs_masked_fraction; /* share of mask-1 tokens rejected */
+  double rs_seq_masked_fraction; /* share of rows with a rejected token */
+  double kl;                 /* masked mean of rollout_logp - logp */
+  double k3_kl;              /* masked mean of e^x - x - 1 (x unclamped) */
+} mrl_rollout_corr_stats;
+
+/* logp, rollout_logp, mask: (rows, cols); the mask needs a mask-1 token. weights (rows, cols;
+ * needed when opts->is is not NONE) get the IS weights (0 at mask-0 tokens), mask_out (rows,
+ * cols; may be mask itself) the mask with the rejected tokens zeroed, stats (optional) the
+ * diagnostics. */
+MRL_API mrl_status mrl_rollout_correction(mrl_engine *e, const mrl_rollout_corr_opts *opts,
+                                          const float *logp, const float *rollout_logp,
+                                          const float *mask, int64_t rows, int64_t cols,
+                                          float *weights, float *mask_out,
+                                          mrl_rollout_corr_stats *stats);
 
 /* ---- sandbox -------------------------------------------------------------------------------
  * Runs tool commands that a model wrote, in fresh Linux namespaces set up in-process (no helper

@@ -90,8 +90,14 @@ static void test_returns_by_hand(void) {
   CHECK_NEAR(ret[0], 1.0, 1e-6); /* 0 + V(2) - V(0) + (1 - V(2)), plus V(0) */
   CHECK_NEAR(ret[2], 1.0, 1e-6);
   CHECK_NEAR(ret[3], 2.0, 1e-6);
-  /* REINFORCE++ resets the return at a mask-0 token */
-  MUST(mrl_reinforce_pp(e, r, m, 2, 3, 1.0, adv, ret));
+  /* REINFORCE++ (verl 1dda039): a mask-0 token gets 0 and passes the return on */
+  MUST(mrl_reinforce_pp(e, r, m, 2, 3, 1.0, MRL_RETURN_CARRY, adv, ret));
+  CHECK_NEAR(ret[2], 1.0, 1e-7);
+  CHECK(ret[1] == 0.0f);
+  CHECK_NEAR(ret[0], 1.0, 1e-7); /* the credit crosses the observation */
+  CHECK(adv[1] == 0.0f);
+  /* the rule before verl 8a1bf6d5b restarts the return at a mask-0 token */
+  MUST(mrl_reinforce_pp(e, r, m, 2, 3, 1.0, MRL_RETURN_RESET, adv, ret));
   CHECK_NEAR(ret[2], 1.0, 1e-7);
   CHECK_NEAR(ret[1], 1.0, 1e-7);
   CHECK_NEAR(ret[0], 0.0, 1e-7); /* the credit does not cross the observation */
@@ -265,9 +271,228 @@ static void test_kl_estimators_by_hand(void) {
   CHECK_NEAR(g[1], (double)lp[1] - ref[1], 1e-6); /* k2's gradient */
   MUST(mrl_kl(e, MRL_KL_ABS, lp, ref, 3, kl, g));
   CHECK(g[1] == -1.0f && g[0] == 1.0f);
+  MUST(mrl_kl(e, MRL_KL_ABS_PLUS, lp, ref, 3, kl, g)); /* |d| with k2's gradient d */
+  CHECK_NEAR(kl[1], 0.5, 1e-6);
+  CHECK_NEAR(g[1], -0.5, 1e-6);
+  CHECK_NEAR(g[2], -29.9, 1e-5);
   double beta;
   MUST(mrl_kl_adaptive(e, 0.001, 0.25, 256, 0.1, 10000, &beta));
   CHECK_NEAR(beta, 0.001 * (1 + 0.2 * 256 / 10000.0), 1e-12);
+  mrl_engine_free(e);
+}
+
+/* the aggregation modes that verl 1dda039 changed or added */
+static void test_agg_by_hand(void) {
+  mrl_engine *e = new_engine();
+  const float ones[] = {1, 1, 1, 1}, full[] = {1, 1, 1, 1};
+  double loss;
+  /* seq-mean-token-sum-norm divides the row mean of the token sums by C (here L = 2) */
+  MUST(mrl_agg_loss(e, MRL_AGG_SEQ_MEAN_TOKEN_SUM_NORM, 0, ones, full, 2, 2, &loss));
+  CHECK_NEAR(loss, 1.0, 1e-12);
+  MUST(mrl_agg_loss(e, MRL_AGG_SEQ_MEAN_TOKEN_SUM_NORM, 4, ones, full, 2, 2, &loss));
+  CHECK_NEAR(loss, 0.5, 1e-12);
+  /* an empty row is not counted: (3 + 1) / 2 rows / C = 2 */
+  const float l3[] = {1, 2, 0, 0, 1, 0}, m3[] = {1, 1, 0, 0, 1, 0};
+  MUST(mrl_agg_loss(e, MRL_AGG_SEQ_MEAN_TOKEN_SUM_NORM, 0, l3, m3, 3, 2, &loss));
+  CHECK_NEAR(loss, 1.0, 1e-12);
+  MUST(mrl_agg_loss(e, MRL_AGG_TOKEN_SUM, 0, l3, m3, 3, 2, &loss));
+  CHECK_NEAR(loss, 4.0, 1e-12);
+  mrl_engine_free(e);
+}
+
+/* the losses verl 1dda039 has and the spec's source did not */
+static void test_verl_losses_by_hand(void) {
+  mrl_engine *e = new_engine();
+  /* DPPO-TV on one row: p - q = 0.5 - 0.25 lies outside hi = 0.2 for A > 0 (no gradient), inside
+   * for A < 0; the truncated ratio 2 multiplies -A logp */
+  const float lp[] = {logf(0.5f), logf(0.5f)}, old[] = {logf(0.25f), logf(0.25f)};
+  const float adv[] = {1.0f, -1.0f}, one[] = {1, 1};
+  float tl[2], g[2] = {0};
+  mrl_pg_stats st;
+  MUST(mrl_policy_loss(e, MRL_PG_DPPO_TV, NULL, lp, old, adv, one, NULL, 1, 2, &st, tl, NULL, NULL,
+                       g));
+  CHECK(tl[0] == 0.0f && g[0] == 0.0f);
+  CHECK_NEAR(tl[1], 2.0 * log(0.5), 1e-6);
+  CHECK_NEAR(g[1], 2.0 / 2.0, 1e-6); /* -A * 2, token-mean over 2 tokens */
+  CHECK_NEAR(st.clipfrac, 0.5, 1e-6);
+  mrl_pg_opts o;
+  mrl_pg_defaults(MRL_PG_DPPO_TV, &o);
+  o.clip_c = 1.5; /* the ratio 2 is truncated at 1.5 */
+  MUST(mrl_policy_loss(e, MRL_PG_DPPO_TV, &o, lp, old, adv, one, NULL, 1, 2, &st, tl, NULL, NULL,
+                       NULL));
+  CHECK_NEAR(tl[1], 1.5 * log(0.5), 1e-6);
+  CHECK_NEAR(st.clipfrac_lower, 0.5, 1e-6);
+
+  /* DRO: -A logp + beta / 2 (logp - old)^2 */
+  mrl_pg_defaults(MRL_PG_DRO, &o);
+  CHECK_FAILS(e, MRL_ERR_INVALID, "dro_beta is 0",
+              mrl_policy_loss(e, MRL_PG_DRO, &o, lp, old, adv, one, NULL, 1, 2, NULL, NULL, NULL,
+                              NULL, NULL));
+  o.dro_beta = 0.5;
+  MUST(mrl_policy_loss(e, MRL_PG_DRO, &o, lp, old, adv, one, NULL, 1, 2, &st, tl, NULL, NULL,
+                       NULL));
+  double x = log(2.0);
+  CHECK_NEAR(tl[0], -log(0.5) + 0.25 * x * x, 1e-6);
+
+  /* clip-cov: tokens chosen only among unclipped ones with covariance in the window, as many as
+   * the ratio asks, the same ones for the same seed */
+  enum { N = 40 };
+  float l2[N], o2[N], a2[N], m2[N];
+  for (int i = 0; i < N; i++) {
+    a2[i] = (float)uniform(-2, 2);
+    l2[i] = (float)uniform(-3, -0.1);
+    o2[i] = l2[i] + (float)uniform(-0.05, 0.05);
+    m2[i] = i % 7 == 6 ? 0.0f : 1.0f;
+  }
+  mrl_pg_defaults(MRL_PG_CLIP_COV, &o);
+  o.cov_ratio = 0.25;
+  o.cov_lb = -100;
+  o.cov_ub = 100;
+  float t1[N], t2[N], t3[N];
+  mrl_pg_stats s1, s2;
+  int same = 1, differs = 0;
+  for (uint64_t seed = 1; seed < 6; seed++) {
+    o.seed = seed;
+    MUST(mrl_policy_loss(e, MRL_PG_CLIP_COV, &o, l2, o2, a2, m2, NULL, 1, N, &s1, t1, NULL, NULL,
+                         NULL));
+    MUST(mrl_policy_loss(e, MRL_PG_CLIP_COV, &o, l2, o2, a2, m2, NULL, 1, N, &s2, t2, NULL, NULL,
+                         NULL));
+    o.seed = seed + 100;
+    MUST(mrl_policy_loss(e, MRL_PG_CLIP_COV, &o, l2, o2, a2, m2, NULL, 1, N, NULL, t3, NULL, NULL,
+                         NULL));
+    int chosen = 0, valid = 0;
+    for (int i = 0; i < N; i++) {
+      same &= t1[i] == t2[i];
+      differs |= t1[i] != t3[i];
+      valid += m2[i] != 0.0f;
+      chosen += m2[i] != 0.0f && t1[i] == 0.0f;
+    }
+    CHECK(chosen == (int)(0.25 * valid));
+    CHECK_NEAR(s1.clipfrac, (double)chosen / valid, 1e-6);
+  }
+  CHECK(same && differs);
+  /* kl-cov: the share with the largest covariance gets kl_coef |log ratio| added */
+  mrl_pg_defaults(MRL_PG_KL_COV, &o);
+  o.cov_ratio = 0.1;
+  o.kl_coef = 2.0;
+  MUST(mrl_policy_loss(e, MRL_PG_KL_COV, &o, l2, o2, a2, m2, NULL, 1, N, &s1, t1, NULL, NULL,
+                       NULL));
+  double ma = 0, ml = 0, cnt = 0;
+  for (int i = 0; i < N; i++)
+    if (m2[i] != 0.0f) ma += a2[i], ml += l2[i], cnt += 1;
+  ma /= cnt;
+  ml /= cnt;
+  int with_kl = 0;
+  double smallest_chosen = INFINITY, largest_other = -INFINITY;
+  for (int i = 0; i < N; i++) {
+    if (m2[i] == 0.0f) continue;
+    double xi = (double)l2[i] - o2[i], plain = -a2[i] * exp(xi);
+    double cov = (a2[i] - ma) * (l2[i] - ml);
+    bool kl = fabs(t1[i] - plain) > 1e-7;
+    if (kl) {
+      CHECK_NEAR(t1[i], plain + 2.0 * fabs(xi), 1e-5);
+      smallest_chosen = fmin(smallest_chosen, cov);
+    } else {
+      largest_other = fmax(largest_other, cov);
+    }
+    with_kl += kl;
+  }
+  CHECK(with_kl == (int)(0.1 * cnt));
+  CHECK(smallest_chosen > largest_other);
+  mrl_engine_free(e);
+}
+
+static void test_gdpo_otb_by_hand(void) {
+  mrl_engine *e = new_engine();
+  /* GDPO: two terms in one group of two rows of one token; term 1 (scores 0, 10) and term 2
+   * (1, 0) normalise to (-a, a) and (a, -a) whatever their scales: with weights 1 and 1 (and no
+   * epsilon) they cancel, where GRPO on the sums (1, 10) would not */
+  const float m[] = {1, 1};
+  const int64_t g[] = {4, 4};
+  const double scores[] = {0, 10, 1, 0};
+  float adv[2];
+  CHECK_FAILS(e, MRL_ERR_INVALID, "whitening needs at least 2 valid tokens",
+              mrl_gdpo(e, NULL, scores, NULL, 2, (const float[]){1, 0}, g, 2, 1, adv));
+  mrl_outcome_opts no_eps;
+  mrl_outcome_defaults(&no_eps);
+  no_eps.epsilon = 0.0;
+  MUST(mrl_gdpo(e, &no_eps, scores, NULL, 2, m, g, 2, 1, adv));
+  CHECK(fabs(adv[0]) < 1e-6 && fabs(adv[1]) < 1e-6);
+  const double w[] = {1, 0}; /* only term 1: GRPO then whitening: -1/sqrt(2), 1/sqrt(2) */
+  MUST(mrl_gdpo(e, NULL, scores, w, 2, m, g, 2, 1, adv));
+  CHECK_NEAR(adv[1], 1.0 / sqrt(2.0), 1e-5);
+  CHECK_NEAR(adv[0], -1.0 / sqrt(2.0), 1e-5);
+
+  /* the optimal token baseline: one group of two rows; w = 1 - 2 e^0 + 1.5 = 0.5 per token */
+  const float r[] = {0, 1, 0, 0}, mk[] = {1, 1, 1, 0}, lp[] = {0, 0, 0, 0}, spq[] = {1.5f, 1.5f,
+                                                                                     1.5f, 1.5f};
+  float a[4], ret[4];
+  mrl_otb_opts o;
+  mrl_otb_defaults(&o);
+  o.handle_zero_tail = 0;
+  MUST(mrl_optimal_token_baseline(e, &o, r, mk, g, lp, spq, NULL, 2, 2, a, ret));
+  /* step 0: G = (1, 0), W = (0.5, 0.5): B = 0.5; step 1: only row 0 (W 1): B = 1 */
+  CHECK_NEAR(a[0], 0.5, 1e-6);
+  CHECK_NEAR(a[2], -0.5, 1e-6);
+  CHECK_NEAR(a[1], 0.0, 1e-6);
+  CHECK(a[3] == 0.0f && ret[0] == 1.0f);
+  o.handle_zero_tail = 1; /* row 0 alone past step 1: its baseline there is 0 */
+  MUST(mrl_optimal_token_baseline(e, &o, r, mk, g, lp, spq, NULL, 2, 2, a, ret));
+  CHECK_NEAR(a[1], 1.0, 1e-6);
+  const int64_t alone[] = {1, 2}; /* groups of one: no baseline */
+  MUST(mrl_optimal_token_baseline(e, &o, r, mk, alone, lp, spq, NULL, 2, 2, a, ret));
+  CHECK_NEAR(a[0], 1.0, 1e-6);
+  mrl_engine_free(e);
+}
+
+static void test_rollout_correction_by_hand(void) {
+  mrl_engine *e = new_engine();
+  /* log ratios ln 3, 0, -ln 4 on a row and 0.1 on a second */
+  const float lp[] = {(float)log(3.0), 0, (float)-log(4.0), 0.1f};
+  const float rp[] = {0, 0, 0, 0}, m[] = {1, 1, 1, 1};
+  float w[4], mo[4];
+  mrl_rollout_corr_opts o = {.is = MRL_ROLLOUT_IS_TOKEN, .is_upper = 2.0};
+  mrl_rollout_corr_stats st;
+  MUST(mrl_rollout_correction(e, &o, lp, rp, m, 2, 2, w, mo, &st));
+  CHECK_NEAR(w[0], 2.0, 1e-6); /* truncated */
+  CHECK_NEAR(w[2], 0.25, 1e-6);
+  CHECK_NEAR(st.is_fraction_high, 0.25, 1e-6);
+  CHECK_NEAR(st.is_fraction_low, 0.25, 1e-6);
+  o.is_lower = 0.5; /* masked outside [0.5, 2] */
+  MUST(mrl_rollout_correction(e, &o, lp, rp, m, 2, 2, w, mo, &st));
+  CHECK(w[0] == 0.0f && w[2] == 0.0f && w[1] == 1.0f);
+  o = (mrl_rollout_corr_opts){.is = MRL_ROLLOUT_IS_SEQUENCE, .is_upper = 10.0,
+                              .is_batch_normalize = 1};
+  MUST(mrl_rollout_correction(e, &o, lp, rp, m, 2, 2, w, mo, &st));
+  /* row weights e^(ln 3 + 0) = 3 and e^(-ln 4 + 0.1), normalised by their mean */
+  double w1 = exp(0.1) / 4.0, mean = (3.0 + w1) / 2.0;
+  CHECK_NEAR(w[0], 3.0 / mean, 1e-5);
+  CHECK_NEAR(w[1], 3.0 / mean, 1e-5);
+  CHECK_NEAR(w[3], w1 / mean, 1e-5);
+  CHECK_NEAR(st.is_norm_factor, mean, 1e-5);
+  /* rejection: token_k1 within [ln 0.5, ln 2] drops the first and third tokens; seq_max_k2 <= 0.7
+   * drops the second row (k2 of ln 3 is 0.60, of ln 4 0.96) */
+  const mrl_rollout_rs rs[] = {{MRL_RS_TOKEN_K1, 2.0, 0.0}};
+  o = (mrl_rollout_corr_opts){.rs = rs, .n_rs = 1};
+  MUST(mrl_rollout_correction(e, &o, lp, rp, m, 2, 2, NULL, mo, &st));
+  CHECK(mo[0] == 0.0f && mo[1] == 1.0f && mo[2] == 0.0f && mo[3] == 1.0f);
+  CHECK_NEAR(st.rs_masked_fraction, 0.5, 1e-6);
+  const mrl_rollout_rs seq[] = {{MRL_RS_SEQ_MAX_K2, 0.7, 0.0}};
+  o.rs = seq;
+  float inplace[] = {1, 1, 1, 1};
+  MUST(mrl_rollout_correction(e, &o, lp, rp, inplace, 2, 2, NULL, inplace, &st));
+  CHECK(inplace[0] == 1.0f && inplace[1] == 1.0f && inplace[2] == 0.0f && inplace[3] == 0.0f);
+  CHECK_NEAR(st.rs_seq_masked_fraction, 0.5, 1e-6);
+  CHECK_FAILS(e, MRL_ERR_INVALID, "at least one valid token",
+              mrl_rollout_correction(e, &o, lp, rp, (const float[]){0, 0, 0, 0}, 2, 2, NULL, mo,
+                                     NULL));
+  o = (mrl_rollout_corr_opts){.is = MRL_ROLLOUT_IS_TOKEN, .is_upper = 2.0, .is_lower = 3.0};
+  CHECK_FAILS(e, MRL_ERR_INVALID, "is_lower is 3",
+              mrl_rollout_correction(e, &o, lp, rp, m, 2, 2, w, mo, NULL));
+  const mrl_rollout_rs bad[] = {{(mrl_rollout_rs_kind)12, 1.0, 0.0}};
+  o = (mrl_rollout_corr_opts){.rs = bad, .n_rs = 1};
+  CHECK_FAILS(e, MRL_ERR_INVALID, "unknown criterion 12",
+              mrl_rollout_correction(e, &o, lp, rp, m, 2, 2, NULL, mo, NULL));
   mrl_engine_free(e);
 }
 
@@ -359,14 +584,21 @@ static void test_policy_loss_gradients(void) {
   static const struct {
     mrl_pg_kind kind;
     const char *name;
-  } kinds[] = {
-      {MRL_PG_PPO, "ppo"}, {MRL_PG_SAPO, "sapo"}, {MRL_PG_GPG, "gpg"}, {MRL_PG_GMPO, "gmpo"}};
+  } kinds[] = {{MRL_PG_PPO, "ppo"},          {MRL_PG_SAPO, "sapo"},
+               {MRL_PG_GPG, "gpg"},          {MRL_PG_GMPO, "gmpo"},
+               {MRL_PG_CLIP_COV, "clip_cov"}, {MRL_PG_KL_COV, "kl_cov"},
+               {MRL_PG_DRO, "dro"},          {MRL_PG_REINFORCE, "reinforce"}};
   for (size_t k = 0; k < sizeof kinds / sizeof kinds[0]; k++)
-    for (int mode = MRL_AGG_TOKEN_MEAN; mode <= MRL_AGG_OAT_DRGRPO; mode++) {
-      pg_ctx c = {e, kinds[k].kind, {0}, &b, kinds[k].kind != MRL_PG_GMPO && mode == 1};
+    for (int mode = MRL_AGG_TOKEN_MEAN; mode <= MRL_AGG_TOKEN_SUM; mode++) {
+      pg_ctx c = {e, kinds[k].kind, {0}, &b, mode == 1 || mode == MRL_AGG_TOKEN_SUM};
       mrl_pg_defaults(c.kind, &c.opts);
       c.opts.agg = (mrl_loss_agg)mode;
       if (c.kind == MRL_PG_PPO) c.opts.clip_high = 0.28; /* asymmetric, DAPO's clip-higher */
+      c.opts.dro_beta = 0.7;
+      c.opts.cov_ratio = 0.2;  /* several tokens chosen */
+      c.opts.cov_lb = -1.0;    /* a window the data's covariances straddle */
+      c.opts.cov_ub = 0.5;
+      c.opts.seed = 11;
       float grad[FD_N] = {0};
       mrl_pg_stats st;
       MUST(mrl_policy_loss(e, c.kind, &c.opts, b.logp, b.old, b.adv, b.mask, c.weights ? b.w : NULL,
@@ -387,6 +619,7 @@ typedef struct {
   mrl_engine *e;
   const fd_batch *b;
   const float *base;
+  mrl_pg_kind kind; /* CISPO, or DPPO (whose truncated ratio is a stop-gradient too) */
 } cispo_ctx;
 
 static double cispo_shifted(const void *p, const float *logp) {
@@ -394,7 +627,7 @@ static double cispo_shifted(const void *p, const float *logp) {
   float old[FD_N];
   for (int i = 0; i < FD_N; i++) old[i] = c->b->old[i] + (logp[i] - c->base[i]);
   mrl_pg_stats st;
-  MUST(mrl_policy_loss(c->e, MRL_PG_CISPO, NULL, logp, old, c->b->adv, c->b->mask, NULL, FD_ROWS,
+  MUST(mrl_policy_loss(c->e, c->kind, NULL, logp, old, c->b->adv, c->b->mask, c->b->w, FD_ROWS,
                        FD_COLS, &st, NULL, NULL, NULL, NULL));
   return st.loss;
 }
@@ -424,10 +657,19 @@ static void test_cispo_and_gspo_gradients(void) {
   fd_batch b;
   fd_fill(&b);
   float grad[FD_N] = {0};
-  MUST(mrl_policy_loss(e, MRL_PG_CISPO, NULL, b.logp, b.old, b.adv, b.mask, NULL, FD_ROWS, FD_COLS,
-                       NULL, NULL, NULL, NULL, grad));
-  cispo_ctx cc = {e, &b, b.logp};
-  check_gradient("cispo", cispo_shifted, &cc, b.logp, grad, FD_N);
+  static const mrl_pg_kind stopped[] = {MRL_PG_CISPO, MRL_PG_DPPO_TV, MRL_PG_DPPO_KL};
+  for (int k = 0; k < 3; k++) {
+    memset(grad, 0, sizeof grad);
+    mrl_pg_stats st;
+    MUST(mrl_policy_loss(e, stopped[k], NULL, b.logp, b.old, b.adv, b.mask, b.w, FD_ROWS, FD_COLS,
+                         &st, NULL, NULL, NULL, grad));
+    cispo_ctx cc = {e, &b, b.logp, stopped[k]};
+    char what[32];
+    snprintf(what, sizeof what, "stop-gradient kind %d", (int)stopped[k]);
+    check_gradient(what, cispo_shifted, &cc, b.logp, grad, FD_N);
+    if (k > 0) /* the data has tokens on both sides of the trust region */
+      CHECKF(st.clipfrac > 0.05 && st.clipfrac < 0.95, "DPPO %d: clipfrac %g", k, st.clipfrac);
+  }
 
   float one[FD_N] = {0}; /* the first token of each row */
   for (int r = 0; r < FD_ROWS; r++) one[r * FD_COLS] = 1.0f;
@@ -608,7 +850,9 @@ static void test_errors(void) {
   CHECK_FAILS(e, MRL_ERR_INVALID, "at least 2 valid tokens",
               mrl_gae(e, r, r, one_token, 2, 2, 1.0, 1.0, adv, NULL));
   CHECK_FAILS(e, MRL_ERR_INVALID, "at least 2 valid tokens",
-              mrl_reinforce_pp(e, r, empty_mask, 2, 2, 1.0, adv, NULL));
+              mrl_reinforce_pp(e, r, empty_mask, 2, 2, 1.0, MRL_RETURN_CARRY, adv, NULL));
+  CHECK_FAILS(e, MRL_ERR_INVALID, "unknown return rule 2",
+              mrl_reinforce_pp(e, r, m, 2, 2, 1.0, (mrl_return_rule)2, adv, NULL));
   CHECK_FAILS(e, MRL_ERR_INVALID, "gamma is 1.5", mrl_gae(e, r, r, m, 2, 2, 1.5, 1.0, adv, NULL));
 
   double loss;
@@ -633,6 +877,33 @@ static void test_errors(void) {
   CHECK_FAILS(
       e, MRL_ERR_UNSUPPORTED, "GMPO has no per-token loss",
       mrl_policy_loss(e, MRL_PG_GMPO, NULL, r, r, r, m, NULL, 2, 2, NULL, tl, NULL, NULL, NULL));
+  const float negative[] = {1, -0.5f, 1, 1};
+  CHECK_FAILS(
+      e, MRL_ERR_INVALID, "is_weights[1] is -0.5",
+      mrl_policy_loss(e, MRL_PG_GMPO, NULL, r, r, r, m, negative, 2, 2, NULL, NULL, NULL, NULL,
+                      NULL));
+  mrl_pg_defaults(MRL_PG_DPPO_KL, &o);
+  o.clip_c = 0.0;
+  CHECK_FAILS(e, MRL_ERR_INVALID, "DPPO truncates",
+              mrl_policy_loss(e, MRL_PG_DPPO_KL, &o, r, r, r, m, NULL, 2, 2, NULL, NULL, NULL,
+                              NULL, NULL));
+  mrl_pg_defaults(MRL_PG_KL_COV, &o);
+  o.cov_ratio = 0.0;
+  CHECK_FAILS(e, MRL_ERR_INVALID, "cov_ratio is 0",
+              mrl_policy_loss(e, MRL_PG_KL_COV, &o, r, r, r, m, NULL, 2, 2, NULL, NULL, NULL,
+                              NULL, NULL));
+  CHECK_FAILS(e, MRL_ERR_NULL, "old_logp is NULL",
+              mrl_policy_loss(e, MRL_PG_DPPO_TV, NULL, r, NULL, r, m, NULL, 2, 2, NULL, NULL, NULL,
+                              NULL, NULL));
+  MUST(mrl_policy_loss(e, MRL_PG_REINFORCE, NULL, r, NULL, r, m, NULL, 2, 2, NULL, NULL, NULL,
+                       NULL, NULL)); /* the rollout's log-probs are only for its KL metric */
+  CHECK_FAILS(e, MRL_ERR_INVALID, "terms is 0",
+              mrl_gdpo(e, NULL, (const double[]){1, 2}, NULL, 0, m, g, 2, 2, adv));
+  const double inf_score[] = {1, INFINITY};
+  CHECK_FAILS(e, MRL_ERR_INVALID, "scores[1] is inf",
+              mrl_gdpo(e, NULL, inf_score, NULL, 1, m, g, 2, 2, adv));
+  CHECK_FAILS(e, MRL_ERR_INVALID, "old_logp[1] is nan",
+              mrl_optimal_token_baseline(e, NULL, r, m, g, nan_r, r, NULL, 2, 2, adv, NULL));
   double ratio[2];
   CHECK_FAILS(
       e, MRL_ERR_INVALID, "only GSPO and GMPO",
@@ -641,7 +912,7 @@ static void test_errors(void) {
               mrl_policy_loss(e, (mrl_pg_kind)17, NULL, r, r, r, m, NULL, 2, 2, NULL, NULL, NULL,
                               NULL, NULL));
   float kl[4];
-  CHECK_FAILS(e, MRL_ERR_INVALID, "unknown KL estimator 6", mrl_kl(e, 6, r, r, 4, kl, NULL));
+  CHECK_FAILS(e, MRL_ERR_INVALID, "unknown KL estimator 7", mrl_kl(e, 7, r, r, 4, kl, NULL));
   CHECK_FAILS(e, MRL_ERR_INVALID, "target", mrl_kl_adaptive(e, 0.1, 0.2, 10, 0.0, 100.0, &loss));
 
   const double scores[] = {1, 2, 3};
@@ -703,6 +974,10 @@ static const test_case tests[] = {
     {"gate_and_edit_distance", test_gate_and_edit_distance},
     {"frontier_weights_against_enumeration", test_frontier_weights_against_enumeration},
     {"kl_estimators_by_hand", test_kl_estimators_by_hand},
+    {"agg_by_hand", test_agg_by_hand},
+    {"verl_losses_by_hand", test_verl_losses_by_hand},
+    {"gdpo_otb_by_hand", test_gdpo_otb_by_hand},
+    {"rollout_correction_by_hand", test_rollout_correction_by_hand},
     {"policy_loss_gradients", test_policy_loss_gradients},
     {"cispo_and_gspo_gradients", test_cispo_and_gspo_gradients},
     {"a2tgpo_gradients", test_a2tgpo_gradients},

@@ -11,81 +11,10 @@
 local H = dofile((debug.getinfo(1, "S").source:match("^@(.*/)") or "./") .. "helpers.lua")
 local rl = require "moonrl"
 
-local RTOL, ATOL = 1e-5, 1e-6
+local V = dofile((debug.getinfo(1, "S").source:match("^@(.*/)") or "./") .. "vectors.lua")(rl)
+local from_json, mismatch = V.from_json, V.mismatch
 
-local function read_vectors()
-  local f = assert(io.open(H.root .. "/tests/advantage/advantage_vectors.json", "rb"))
-  local doc = rl.json.decode(f:read("a"))
-  f:close()
-  return doc
-end
-
-local NULL = setmetatable({}, { __tostring = function() return "null" end })
-
-local function is_list(t)
-  local n = 0
-  for _ in pairs(t) do n = n + 1 end
-  return n == #t
-end
-
--- JSON value -> Lua: the strings "nan", "inf", "-inf" become numbers; null becomes NULL (in
--- expected outputs), or, in inputs, an absent field or `false` inside a list (a failed
--- evaluation, which the binding accepts where the spec has one).
-local function from_json(v, as_input, in_list)
-  if v == rl.json.null then
-    if not as_input then return NULL end
-    if in_list then return false end
-    return nil
-  end
-  if v == "nan" then return 0 / 0 end
-  if v == "inf" then return math.huge end
-  if v == "-inf" then return -math.huge end
-  if type(v) == "table" then
-    local list, t = is_list(v), {}
-    for k, x in pairs(v) do t[k] = from_json(x, as_input, list) end
-    return t
-  end
-  return v
-end
-
--- nil when actual matches expected, else a message naming the first difference
-local function mismatch(actual, expected, path)
-  if expected == NULL then
-    if actual ~= nil then return ("%s: expected nil, got %s"):format(path, tostring(actual)) end
-    return nil
-  end
-  if type(expected) == "number" then
-    if type(actual) ~= "number" then
-      return ("%s: expected a number, got %s"):format(path, type(actual))
-    end
-    if expected ~= expected then
-      if actual == actual then return ("%s: expected nan, got %.17g"):format(path, actual) end
-      return nil
-    end
-    if math.abs(actual - expected) > ATOL + RTOL * math.abs(expected) then
-      return ("%s: got %.17g, expected %.17g"):format(path, actual, expected)
-    end
-    return nil
-  end
-  if type(expected) ~= "table" then
-    if actual ~= expected then
-      return ("%s: got %s, expected %s"):format(path, tostring(actual), tostring(expected))
-    end
-    return nil
-  end
-  if type(actual) ~= "table" then
-    return ("%s: expected a table, got %s"):format(path, type(actual))
-  end
-  for k, v in pairs(expected) do
-    local m = mismatch(actual[k], v, path .. "." .. tostring(k))
-    if m then return m end
-  end
-  local n = #expected
-  if is_list(expected) and actual[n + 1] ~= nil then
-    return ("%s: %d entries expected, got more"):format(path, n)
-  end
-  return nil
-end
+local function read_vectors() return V.read(H.root .. "/tests/advantage/advantage_vectors.json") end
 
 -- rl.objective computes per-token values on sampled tokens only and gives 0 at the others (spec
 -- 0.3: consumers multiply by the mask; the GAE vectors ask for mask-1 positions only). For these
@@ -107,12 +36,12 @@ end
 local doc = read_vectors()
 
 describe("the advantage vectors", function()
-  it("are the 134 cases of 54 method families the spec promises", function()
+  it("are the 140 cases of 54 method families the spec promises", function()
     local families = {}
     for _, c in ipairs(doc.cases) do families[c.method] = true end
     local n = 0
     for _ in pairs(families) do n = n + 1 end
-    assert.equal(134, #doc.cases)
+    assert.equal(140, #doc.cases)
     assert.equal(54, n)
     for name in pairs(families) do assert.is_function(rl.advantage[name], name) end
   end)
@@ -178,8 +107,8 @@ describe("rl.advantage arguments", function()
 
   it("checks option values and names the choices", function()
     H.assert_error(function()
-      A.agg_loss({ loss_mat = { { 1 } }, loss_mask = { { 1 } } }, { mode = "token-sum" })
-    end, { "params.mode", "token-mean, seq-mean-token-sum" })
+      A.agg_loss({ loss_mat = { { 1 } }, loss_mask = { { 1 } } }, { mode = "token-total" })
+    end, { "params.mode", "token-mean, seq-mean-token-sum", "token-sum" })
     H.assert_error(function()
       A.kl_penalty({ logprob = { 0 }, ref_logprob = { 0 } }, { kind = "full" })
     end, "low_var_kl")

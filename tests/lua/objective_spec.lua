@@ -85,12 +85,28 @@ describe("rl.objective.loss", function()
 
   -- d loss / d logp (and d entropy) by central differences, for several loss kinds, with KL to
   -- a reference and an entropy bonus in the same loss.
-  for _, kind in ipairs { "ppo", "gspo", "cispo", "sapo", "gpg" } do
+  -- the IS weights of the losses that take them per token
+  local isw_v = {}
+  for i = 1, #mask_v do isw_v[i] = 0.6 + 0.8 * ((i * 7) % 5) / 4 end
+  -- stop-gradient ratios: moving old_logp along keeps them, so only the differentiated path moves
+  local stopped = { cispo = true, dppo_tv = true, dppo_kl = true }
+  for _, kind in ipairs { "ppo", "gspo", "cispo", "sapo", "gpg", "gmpo", "dppo_tv", "dppo_kl",
+    "clip_cov", "kl_cov", "dro", "reinforce" } do
     it("gives per-token gradients equal to finite differences: " .. kind, function()
       local opts = { kind = kind, ref_logp = flat(ref_v), kl = "k3", kl_coef = 0.1,
         entropy = flat(ent_v), entropy_coef = 0.01 }
       if kind == "ppo" then opts.clip_low, opts.clip_high = 0.3, 0.3 end
-      local _, dlogp, dent = rl.objective.loss(args(opts))
+      if kind == "dro" then opts.dro_beta = 0.8 end
+      if kind == "clip_cov" then opts.clip_cov_ratio, opts.clip_cov_lb, opts.clip_cov_ub = 0.3, -1, 1 end
+      if kind == "kl_cov" then opts.kl_cov_ratio, opts.ppo_kl_coef = 0.3, 1.5 end
+      if kind ~= "gspo" and kind ~= "sapo" then opts.is_weights = flat(isw_v) end
+      if kind == "dppo_tv" then opts.clip_low, opts.clip_high = 0.02, 0.02 end
+      if kind == "dppo_kl" then opts.clip_low, opts.clip_high = 0.002, 0.002 end
+      local st, dlogp, dent = rl.objective.loss(args(opts))
+      if kind == "clip_cov" or kind == "kl_cov" or kind:match("^dppo") then
+        -- the data reaches both branches: some tokens chosen (or outside the trust region)
+        assert.is_true(st.clipfrac > 0.05 and st.clipfrac < 0.95, kind .. " " .. st.clipfrac)
+      end
       local h = 1e-3
       for i, m in ipairs(mask_v) do
         local function loss_at(delta, field)
@@ -100,9 +116,9 @@ describe("rl.objective.loss", function()
           v[i] = v[i] + delta
           local o = args(opts)
           o[field == "entropy" and "entropy" or "logp"] = flat(v)
-          if kind == "cispo" or kind == "gspo" then
+          if stopped[kind] or kind == "gspo" then
             -- stop-gradient losses: move old_logp along so only the differentiated path changes
-            if field ~= "entropy" and kind == "cispo" then
+            if field ~= "entropy" and stopped[kind] then
               local ov = {}
               for j = 1, #old_v do ov[j] = old_v[j] end
               ov[i] = ov[i] + delta
@@ -292,6 +308,142 @@ describe("rl.objective advantages", function()
   end)
 end)
 
+describe("rl.objective: verl 1dda039's estimators and rollout correction", function()
+  it("GDPO normalises each reward term in its group, sums them and whitens over the tokens", function()
+    local groups = { "a", "a", "a", "b", "b" }
+    local t1, t2 = { 1, 0, 0, 5, 3 }, { 0, 10, 20, 0, 0 }
+    local counts = { 2, 1, 3, 2, 2 }
+    local adv = rl.objective.advantage { method = "gdpo", scores = { 0, 0, 0, 0, 0 }, groups = groups,
+      counts = counts, terms = { t1, t2 }, term_weights = { 1, 0.5 } }
+    local function norm(x, idx)
+      local mean, n = 0, #idx
+      for _, i in ipairs(idx) do mean = mean + x[i] / n end
+      local var = 0
+      for _, i in ipairs(idx) do var = var + (x[i] - mean) ^ 2 / (n - 1) end
+      local out = {}
+      for _, i in ipairs(idx) do out[i] = (x[i] - mean) / (math.sqrt(var) + 1e-6) end
+      return out
+    end
+    local sum = {}
+    for _, idx in ipairs { { 1, 2, 3 }, { 4, 5 } } do
+      local a, b = norm(t1, idx), norm(t2, idx)
+      for _, i in ipairs(idx) do sum[i] = a[i] + 0.5 * b[i] end
+    end
+    -- token-weighted whitening: row i counts counts[i] times
+    local s, n = 0, 0
+    for i = 1, 5 do s, n = s + counts[i] * sum[i], n + counts[i] end
+    local mean, var = s / n, 0
+    for i = 1, 5 do var = var + counts[i] * (sum[i] - mean) ^ 2 / (n - 1) end
+    for i = 1, 5 do
+      assert.is_near((sum[i] - mean) / math.sqrt(var + 1e-8), adv[i], 1e-5)
+    end
+    H.assert_error(function()
+      rl.objective.advantage { method = "gdpo", scores = { 1, 2 }, groups = { 1, 1 },
+        terms = { { 1, 2 } }, term_weights = { 1, 2 } }
+    end, "term_weights: 1 weights expected")
+    H.assert_error(function()
+      rl.objective.advantage { method = "grpo", scores = { 1, 2 }, groups = { 1, 1 }, terms = { { 1, 2 } } }
+    end, "only for method gdpo")
+  end)
+
+  it("the optimal token baseline over episodes equals rl.advantage's over the same rows", function()
+    -- two episodes of one group, a third alone; each starts with a prompt token (mask 0)
+    local m = { 0, 1, 1, 1, 0, 1, 1, 0, 1, 1, 1 }
+    local off = { 0, 4, 7, 11 }
+    local r, lp, spq = {}, {}, {}
+    local rr = rl.rng(3)
+    for i = 1, #m do
+      r[i] = m[i] * (rr:random() < 0.4 and 1 or 0)
+      lp[i] = -0.1 - rr:random()
+      spq[i] = 0.2 + 0.5 * rr:random()
+    end
+    for _, multi in ipairs { false, true } do
+      local adv, ret = rl.objective.otb { rewards = flat(r), mask = flat(m), old_logp = flat(lp),
+        sum_pi_sq = flat(spq), offsets = off, episodes = { 1, 2, 3 }, groups = { "g", "g", "h" },
+        multi_turn = multi }
+      -- the same rows from each episode's first sampled token, right-padded
+      local rows = { { 2, 4 }, { 6, 7 }, { 9, 11 } }
+      local inp = { token_level_rewards = {}, response_mask = {}, old_log_probs = {},
+        sum_pi_squared = {}, index = { "g", "g", "h" } }
+      for b, span in ipairs(rows) do
+        for _, k in ipairs { "token_level_rewards", "response_mask", "old_log_probs", "sum_pi_squared" } do
+          inp[k][b] = { 0, 0, 0 }
+        end
+        for j = span[1], span[2] do
+          local t = j - span[1] + 1
+          inp.token_level_rewards[b][t], inp.response_mask[b][t] = r[j], m[j]
+          inp.old_log_probs[b][t], inp.sum_pi_squared[b][t] = lp[j], spq[j]
+        end
+      end
+      local fn = multi and rl.advantage.tir_optimal_token_baseline or rl.advantage.optimal_token_baseline
+      local want = fn(inp)
+      for b, span in ipairs(rows) do
+        for j = span[1], span[2] do
+          local t = j - span[1] + 1
+          assert.is_near(want.advantages[b][t], adv:get(j), 1e-6)
+          if m[j] == 1 then assert.is_near(want.returns[b][t], ret:get(j), 1e-6) end
+        end
+      end
+      assert.are.equal(0, adv:get(1)) -- the prompt token
+    end
+  end)
+
+  it("rollout correction weighs and rejects tokens as the options say", function()
+    local lp = flat { -1, -0.2, -3, -0.5, -0.1, -0.7 }
+    local roll = flat { -1.5, -0.2, -1, -0.5, -0.2, -0.7 }
+    local mask = flat { 1, 1, 1, 0, 1, 1 }
+    local base = { logp = lp, rollout_logp = roll, mask = mask, offsets = { 0, 3, 6 }, episodes = { 1, 2 } }
+    local function with(t)
+      local o = {}
+      for k, v in pairs(base) do o[k] = v end
+      for k, v in pairs(t) do o[k] = v end
+      return o
+    end
+    local w, m, st = rl.objective.rollout_correction(with { is = "token", is_threshold = 1.5 })
+    assert.is_near(1.5, w:get(1), 1e-6) -- e^0.5 truncated at 1.5
+    assert.is_near(math.exp(-2), w:get(3), 1e-6)
+    assert.are.equal(0, w:get(4)) -- not a sampled token
+    assert.are.same({ 1, 1, 1, 0, 1, 1 }, m:totable()) -- no rejection asked for
+    assert.is_near((1.5 + 1 + math.exp(-2) + math.exp(0.1) + 1) / 5, st.is_mean, 1e-6)
+    w = rl.objective.rollout_correction(with { is = "token", is_threshold = "0.5_1.5" })
+    assert.are.equal(0, w:get(1)) -- masked outside the band (IcePop)
+    assert.are.equal(0, w:get(3))
+    w = rl.objective.rollout_correction(with { is = "sequence", is_threshold = 10 })
+    assert.is_near(math.exp(0.5 + 0 - 2), w:get(2), 1e-6) -- one weight per episode
+    w, m = rl.objective.rollout_correction(with { rs = "token_k1,seq_max_k2", rs_threshold = "0.5_2,1.5" })
+    assert.is_nil(w)
+    -- token 3's log ratio -2 leaves [ln 0.5, ln 2]; its k2 (2) rejects all of episode 1
+    assert.are.same({ 0, 0, 0, 0, 1, 1 }, m:totable())
+    H.assert_error(function() rl.objective.rollout_correction(with { rs = "token_k4", rs_threshold = 1 }) end,
+      { "rs: unknown value 'token_k4'", "token_k1" })
+    H.assert_error(function() rl.objective.rollout_correction(with { rs = "token_k2" }) end,
+      "rs_threshold: needed with rs")
+    H.assert_error(function() rl.objective.rollout_correction(with { rs = "token_k2", rs_threshold = "1_2" }) end,
+      "not a threshold of token_k2")
+    H.assert_error(function() rl.objective.rollout_correction(with { is = "token", is_threshold = "2_1" }) end,
+      "is_lower is 2")
+    H.assert_error(function() rl.objective.rollout_correction(with { is = "tokens" }) end,
+      { "is: unknown value 'tokens'", "sequence" })
+  end)
+
+  it("names the losses, aggregation modes, KL estimators and rejection criteria it takes", function()
+    local names = rl.objective.names()
+    local function has(list, x)
+      for _, v in ipairs(list) do if v == x then return true end end
+      return false
+    end
+    for _, k in ipairs { "dppo_tv", "dppo_kl", "clip_cov", "kl_cov", "dro", "reinforce", "gmpo" } do
+      assert.is_true(has(names.loss, k), k)
+    end
+    assert.is_true(has(names.agg, "token-sum"))
+    assert.is_true(has(names.kl, "low_var_kl+") and has(names.kl, "abs+"))
+    assert.is_true(has(names.rs, "binary_kl") and has(names.advantage, "gdpo"))
+    H.assert_error(function() rl.objective.loss(args { kind = "dppo" }) end,
+      { "kind: unknown policy loss 'dppo'", "dppo_tv, dppo_kl" })
+    H.assert_error(function() rl.objective.loss(args { kind = "dro" }) end, "dro_beta is 0")
+  end)
+end)
+
 describe("rl.objective options", function()
   it("are checked: every function names an unknown key and the keys it takes", function()
     local n = 0
@@ -300,7 +452,7 @@ describe("rl.objective options", function()
         { "unknown option 'bogus'", "expected: " })
       n = n + 1
     end
-    assert.are.equal(9, n)
+    assert.are.equal(12, n)
     H.assert_error(function() rl.objective.loss(args { clip = 0.2 }) end,
       { "unknown option 'clip'", "clip_low, clip_high" })
   end)

@@ -75,6 +75,67 @@ describe("rl.train", function()
     H.sh("rm -rf " .. H.shell_quote(dir))
   end)
 
+  -- GDPO on a two-term reward: the environment's (a letter first: 1) and a term of large noise
+  -- that does not depend on the reply. GRPO normalises their sum, which the noise swamps; GDPO
+  -- normalises each term in its group, so the letter's term keeps its full weight.
+  it("GDPO learns a reward term that a noisier term hides from GRPO (advantage = \"gdpo\")", function()
+    local dir = tmpdir()
+    local function run(advantage, gdpo)
+      local m = rl.model.new { vocab = 264, dim = 32, layers = 1, heads = 2, ffn = 64, ctx = 32, seed = 3 }
+      local r = rl.train {
+        model = m, tokenizer = tok, env = letter_env, dir = dir, seed = 4, steps = 15,
+        tasks_per_step = 4, group_size = 16, max_turn_tokens = 1, lr = 1e-2, minibatch = 16,
+        eval = false, progress = false, plot = false, overwrite = true, advantage = advantage,
+        gdpo = gdpo, rewards = { noise = function(ep) return 100 * ((ep.seed * 7919) % 13 - 6) end },
+      }
+      local h = r.history
+      return (h[2].success + h[3].success) / 2, (h[#h].success + h[#h - 1].success) / 2
+    end
+    local first, last = run("gdpo")
+    assert.is_true(first < 0.4, "success at the start " .. first)
+    assert.is_true(last > 0.8, "GDPO: success at the end " .. last)
+    local _, grpo = run("grpo")
+    assert.is_true(grpo < 0.4, "GRPO: success at the end " .. grpo)
+    local _, noise_only = run("gdpo", { terms = { "noise" } }) -- without the env's term
+    assert.is_true(noise_only < 0.4, "GDPO on the noise alone: success at the end " .. noise_only)
+    H.sh("rm -rf " .. H.shell_quote(dir))
+  end)
+
+  it("trains with verl 1dda039's losses, estimators and rollout correction", function()
+    local dir = tmpdir()
+    local function run(extra)
+      local m = rl.model.new { vocab = 264, dim = 32, layers = 1, heads = 2, ffn = 64, ctx = 32, seed = 3 }
+      local o = { model = m, tokenizer = tok, env = letter_env, dir = dir, seed = 4, steps = 3,
+        tasks_per_step = 2, group_size = 8, max_turn_tokens = 2, lr = 1e-2, minibatch = 8,
+        eval = false, progress = false, plot = false, overwrite = true }
+      for k, v in pairs(extra) do o[k] = v end
+      return rl.train(o).history
+    end
+    for _, extra in ipairs {
+      { loss = "dppo_tv" }, { loss = "dppo_kl" }, { loss = "clip_cov", clip_cov_ratio = 0.2 },
+      { loss = "kl_cov", kl_cov_ratio = 0.2 }, { loss = "dro", dro_beta = 0.1 }, { loss = "reinforce" },
+      { advantage = "optimal_token_baseline" }, { advantage = "tir_optimal_token_baseline" },
+      { advantage = "gdpo", agg = "token-sum", kl_coef = 0.01, kl = "low_var_kl+" },
+    } do
+      local h = run(extra)
+      for s = 2, 4 do
+        assert.is_true(h[s]["loss/updates"] >= 1, "an update each step")
+        assert.is_true(h[s]["loss/loss"] == h[s]["loss/loss"], "a finite loss")
+      end
+    end
+    -- sampling at temperature 0.7 is not the policy: decoupled correction weighs (and may
+    -- reject) tokens before the advantage; bypass mode compares each minibatch with the rollout
+    local h = run { temperature = 0.7, rollout_correction = { rollout_is = "token",
+      rollout_is_threshold = 1.5, rollout_rs = "token_k1", rollout_rs_threshold = 4 } }
+    assert.is_true(h[2]["rollout/is_mean"] > 0 and h[2]["rollout/is_mean"] <= 1.5)
+    assert.is_true(h[2]["rollout/kl"] ~= 0, "the sampling distribution differs from the policy")
+    h = run { temperature = 0.7, rollout_correction = { rollout_is = "sequence", bypass_mode = true,
+      loss_type = "reinforce" } }
+    assert.is_true(h[2]["loss/rollout_is_mean"] > 0)
+    assert.is_nil(h[2]["rollout/is_mean"]) -- nothing before the advantage in bypass mode
+    H.sh("rm -rf " .. H.shell_quote(dir))
+  end)
+
   local base = {
     tokenizer = tok, env = guess, seed = 11, steps = 4, tasks_per_step = 3, group_size = 4,
     max_turn_tokens = 3, lr = 1e-3, minibatch = 6, epochs = 2, advantage = "gigpo", gamma = 0.8,
@@ -421,6 +482,17 @@ end
     assert.matches("fatal.threshold: a positive integer expected, got 0", err { fatal = { threshold = 0 } })
     assert.matches("fatal: true or false or a table", err { fatal = "yes" })
     assert.matches("milestone.mode", err { advantage = "beacon", milestone = { mode = "x" } })
+    assert.matches("dro_beta: loss = \"dro\" needs", err { loss = "dro" })
+    assert.matches("gdpo.weights: 1 weights expected", err { advantage = "gdpo", gdpo = { weights = { 1, 2 } } })
+    assert.matches("gdpo: only with advantage", err { gdpo = { weights = { 1 } } })
+    assert.matches("kl_reward_coef is not one of them", err { advantage = "gdpo", kl_reward_coef = 0.1 })
+    assert.matches("rollout_correction: .*rs_threshold: needed with rs",
+      err { rollout_correction = { rollout_rs = "token_k2" } })
+    assert.matches("rollout_correction.rollout_rs: unknown criterion 'seq_maxx_k3' %(did you mean "
+      .. "'seq_max_k3'%?%)", err { rollout_correction = { rollout_rs = "token_k1, seq_maxx_k3",
+      rollout_rs_threshold = 1 } })
+    assert.matches("rollout_correction.bypass_mode: the loss is",
+      err { loss = "gspo", rollout_correction = { bypass_mode = true } })
     local ok, msg = pcall(rl.train, { tokenizer = tok, env = guess })
     assert.is_false(ok)
     assert.matches("model", msg)
@@ -447,6 +519,15 @@ end
     unknown({ rewards = { { name = "a", fn = function() return 0 end, weight = 2 } } },
       "rewards[1]: unknown option 'weight'")
     unknown({ advantage = "grpoo" }, "advantage: unknown estimator 'grpoo' (did you mean 'grpo'?)")
+    unknown({ loss = "dppo-tv" }, 'loss: one of "ppo"')
+    unknown({ loss = "dppo-tv" }, '(did you mean "dppo_tv"?)')
+    unknown({ agg = "token_sum" }, '(did you mean "token-sum"?)')
+    unknown({ kl = "low_var_kl++" }, '(did you mean "low_var_kl+"?)')
+    unknown({ rollout_correction = { rollout_iss = "token" } },
+      "unknown option 'rollout_correction.rollout_iss' (did you mean 'rollout_correction.rollout_is'?)")
+    unknown({ rollout_correction = { rollout_is = "tokens" } }, '(did you mean "token"?)')
+    unknown({ advantage = "gdpo", gdpo = { terms = { "envv" } } },
+      "gdpo.terms: 'envv' is not a reward term (did you mean 'env'?)")
   end)
 
   it("checks the type of every option and raises at the caller's line", function()

@@ -1,14 +1,17 @@
 /* lua_advantage.c - rl.advantage: one function per method family of the spec's test vectors
- * (shared/spec/advantage_vectors.json), rl.advantage.<method>(inputs, params), taking the tables
+ * (shared/spec/advantage_vectors.json) and of verl 1dda039's additions
+ * (tests/advantage/verl_vectors.json), rl.advantage.<method>(inputs, params), taking the tables
  * a case's `inputs` and `params` hold and returning a table of its output keys.
  *
- * The families the trainer uses (outcome estimators, GAE, step returns, GiGPO and BEACON, the
- * policy and value losses, KL, overlong shaping) are adapters over rl.objective: they lay the case
+ * The families the trainer uses (outcome estimators and GDPO, GAE, step returns, GiGPO and
+ * BEACON, the policy and value losses, KL, rollout correction and bypass mode, overlong shaping)
+ * are adapters over rl.objective: they lay the case
  * out as the trainer does (each matrix row one episode of flat token tensors, per-row lists), call
  * the rl.objective function the trainer calls and read its results back, so the vectors check the
  * trainer's path. rl.objective computes per-token values on sampled tokens only and gives 0 at
  * mask-0 positions (spec 0.3: consumers multiply by the mask). The other families call the engine
- * (advantage*.c, loss*.c) directly: nothing else marshals them.
+ * (advantage*.c, loss*.c) directly: nothing else marshals them, or, for the optimal token
+ * baseline, rl.objective.otb lays episodes out differently (from their first sampled token).
  *
  * Conventions, those of the vectors file: 2-D arrays are tables of equal-length rows; ids (group,
  * trajectory, agent, anchor, action) are numbers or strings, equal iff equal in Lua; row, step and
@@ -378,13 +381,11 @@ static mrl_loss_agg param_agg(lua_State *L, const char *def) {
   return (mrl_loss_agg)param_option(L, "loss_agg_mode", def, mrl__obj_agg_names);
 }
 
-static mrl_kl_kind param_kl(lua_State *L, const char *key, const char *def) {
-  static const char *const names[] = {"kl",         "k1", "abs", "mse", "k2",
-                                      "low_var_kl", "k3", "k1+", "k3+", NULL};
-  static const mrl_kl_kind kinds[] = {MRL_KL_K1, MRL_KL_K1,      MRL_KL_ABS,
-                                      MRL_KL_K2, MRL_KL_K2,      MRL_KL_K3,
-                                      MRL_KL_K3, MRL_KL_K1_PLUS, MRL_KL_K3_PLUS};
-  return kinds[param_option(L, key, def, names)];
+/* The KL estimator params.key names (def when absent), and its name in *name (optional). */
+static mrl_kl_kind param_kl(lua_State *L, const char *key, const char *def, const char **name) {
+  int i = param_option(L, key, def, mrl__obj_kl_names);
+  if (name) *name = mrl__obj_kl_names[i];
+  return mrl__obj_kl_kind(L, PARAMS, key, mrl__obj_kl_names[i]);
 }
 
 static mrl_norm_mode param_norm_mode(lua_State *L) {
@@ -649,16 +650,20 @@ static int l_remax(lua_State *L) {
   return 1;
 }
 
+/* REINFORCE++ (1.6): params.reset_at_mask = true is the rule before verl 8a1bf6d5b (the
+ * running return restarts at every mask-0 token). */
 static int l_reinforce_pp(lua_State *L) {
   static const char *const inputs[] = {"token_level_rewards", "response_mask", NULL};
-  static const char *const params[] = {"gamma", NULL};
+  static const char *const params[] = {"gamma", "reset_at_mask", NULL};
   start(L, inputs, params);
   int64_t rows, cols;
   float *r = input_matrix(L, "token_level_rewards", &rows, &cols, NULL);
   float *mask = input_like(L, "response_mask", rows, cols, "token_level_rewards");
   float *adv = buffer(L, rows * cols, sizeof *adv), *ret = buffer(L, rows * cols, sizeof *ret);
+  mrl_return_rule rule = param_boolean(L, "reset_at_mask", false) ? MRL_RETURN_RESET
+                                                                   : MRL_RETURN_CARRY;
   check_status(L, mrl_reinforce_pp(mrl__lua_engine(L), r, mask, rows, cols,
-                                   param_number(L, "gamma", 1.0), adv, ret));
+                                   param_number(L, "gamma", 1.0), rule, adv, ret));
   lua_newtable(L);
   set_matrix(L, "advantages", adv, rows, cols);
   set_matrix(L, "returns", ret, rows, cols);
@@ -737,9 +742,19 @@ static const char *const pg_inputs[] = {"old_log_prob",  "log_prob",           "
                                         "response_mask", "rollout_is_weights", NULL};
 
 /* The policy losses (4.1 - 4.6) through rl.objective.loss (kind: its name of the loss). */
+/* The losses verl 1dda039 added: their vectors hold each token's gradient (grad_wrt_logp). */
+static bool new_in_verl(const char *kind) {
+  static const char *const kinds[] = {"dppo_tv", "dppo_kl", "clip_cov", "kl_cov",
+                                      "dro",     "reinforce", NULL};
+  for (int i = 0; kinds[i]; i++)
+    if (strcmp(kinds[i], kind) == 0) return true;
+  return false;
+}
+
 static int policy_loss(lua_State *L, const char *kind, const char *const *params) {
   start(L, pg_inputs, params);
-  bool gpg = strcmp(kind, "gpg") == 0, cispo = strcmp(kind, "cispo") == 0;
+  bool gpg = strcmp(kind, "gpg") == 0 || strcmp(kind, "reinforce") == 0;
+  bool cispo = strcmp(kind, "cispo") == 0, fresh = new_in_verl(kind);
   pg_batch p = read_pg(L, !gpg);
   int64_t n = p.rows * p.cols;
   lua_createtable(L, 0, 20);
@@ -765,14 +780,18 @@ static int policy_loss(lua_State *L, const char *kind, const char *const *params
   pass_number(L, "clip_c", "clip_ratio_c");
   pass_number(L, "tau_pos", "tau_pos");
   pass_number(L, "tau_neg", "tau_neg");
+  for (const char *const *k = (const char *const[]){"clip_cov_ratio", "clip_cov_lb", "clip_cov_ub",
+                                                    "kl_cov_ratio", "ppo_kl_coef", "dro_beta",
+                                                    "seed", NULL};
+       *k; k++)
+    pass_number(L, *k, *k);
   lua_pushvalue(L, args);
   call_objective(L, "loss", 2);
   int stats = args + 1;
-  if (cispo) {
-    /* d l_t / d logp_t per token: the gradient of the plain sum (sum-norm with C = 1) */
+  if (cispo || fresh) {
+    /* d l_t / d logp_t per token: the gradient of the plain sum (token-sum) */
     lua_pushvalue(L, args);
-    set_string(L, "agg", "seq-mean-token-sum-norm");
-    set_number(L, "agg_norm", 1.0);
+    set_string(L, "agg", "token-sum");
     set_boolean(L, "details", false);
     call_objective(L, "loss", 2);
   }
@@ -781,13 +800,16 @@ static int policy_loss(lua_State *L, const char *kind, const char *const *params
   const float *tl = lua_getfield(L, stats, "pg_losses") != LUA_TNIL ? result_data(L, -1) : NULL;
   lua_pop(L, 1); /* stats keeps it */
   if (tl) set_matrix(L, "pg_losses", tl, p.rows, p.cols);
-  if (strcmp(kind, "sapo") != 0 && !gpg) copy_field(L, stats, "clipfrac", "pg_clipfrac");
-  if (strcmp(kind, "ppo") == 0 || strcmp(kind, "gmpo") == 0)
+  if (strcmp(kind, "sapo") != 0 && !gpg && strcmp(kind, "dro") != 0)
+    copy_field(L, stats, "clipfrac", "pg_clipfrac");
+  if (strcmp(kind, "ppo") == 0 || strcmp(kind, "gmpo") == 0 || strncmp(kind, "dppo", 4) == 0)
     copy_field(L, stats, "clipfrac_lower", "pg_clipfrac_lower");
   if (p.old) copy_field(L, stats, "ppo_kl", "ppo_kl");
   copy_field(L, stats, "seq_ratio", "seq_ratio");
   copy_field(L, stats, "seq_adv", "seq_adv");
-  if (cispo) set_matrix(L, "grad_coeff_wrt_logp", result_data(L, -2), p.rows, p.cols);
+  if (cispo || fresh)
+    set_matrix(L, cispo ? "grad_coeff_wrt_logp" : "grad_wrt_logp", result_data(L, -2), p.rows,
+               p.cols);
   return 1;
 }
 
@@ -817,6 +839,39 @@ static int l_pg_sapo(lua_State *L) {
 static int l_pg_gpg(lua_State *L) {
   static const char *const params[] = {"loss_agg_mode", "loss_scale_factor", NULL};
   return policy_loss(L, "gpg", params);
+}
+static int l_pg_dppo_tv(lua_State *L) {
+  static const char *const params[] = {"clip_ratio",    "clip_ratio_low",    "clip_ratio_high",
+                                       "clip_ratio_c",  "loss_agg_mode",     "loss_scale_factor",
+                                       NULL};
+  return policy_loss(L, "dppo_tv", params);
+}
+static int l_pg_dppo_kl(lua_State *L) {
+  static const char *const params[] = {"clip_ratio",    "clip_ratio_low",    "clip_ratio_high",
+                                       "clip_ratio_c",  "loss_agg_mode",     "loss_scale_factor",
+                                       NULL};
+  return policy_loss(L, "dppo_kl", params);
+}
+static int l_pg_clip_cov(lua_State *L) {
+  static const char *const params[] = {"clip_ratio",     "clip_ratio_low", "clip_ratio_high",
+                                       "clip_cov_ratio", "clip_cov_lb",    "clip_cov_ub",
+                                       "seed",           "loss_agg_mode",  "loss_scale_factor",
+                                       NULL};
+  return policy_loss(L, "clip_cov", params);
+}
+static int l_pg_kl_cov(lua_State *L) {
+  static const char *const params[] = {"kl_cov_ratio", "ppo_kl_coef", "loss_agg_mode",
+                                       "loss_scale_factor", NULL};
+  return policy_loss(L, "kl_cov", params);
+}
+static int l_pg_dro(lua_State *L) {
+  static const char *const params[] = {"dro_beta", "loss_agg_mode", "loss_scale_factor", NULL};
+  return policy_loss(L, "dro", params);
+}
+/* verl's compute_policy_loss_reinforce: old_log_prob is the rollout's (for ppo_kl only) */
+static int l_pg_reinforce(lua_State *L) {
+  static const char *const params[] = {"loss_agg_mode", "loss_scale_factor", NULL};
+  return policy_loss(L, "reinforce", params);
 }
 static int l_pg_geo_mean(lua_State *L) {
   static const char *const params[] = {"clip_ratio", "clip_ratio_low", "clip_ratio_high", NULL};
@@ -901,7 +956,8 @@ static int l_kl_penalty(lua_State *L) {
   if (rank != rank2 || shape[0] != shape2[0] || shape[1] != shape2[1])
     luaL_argerror(L, INPUTS, "inputs.ref_logprob: not the shape of inputs.logprob");
   int64_t n = shape[0] * shape[1];
-  const char *kind = mrl__obj_kl_names[param_kl(L, "kind", "kl")];
+  const char *kind;
+  param_kl(L, "kind", "kl", &kind);
   float *ones = buffer(L, n, sizeof *ones), *zeros = buffer(L, n, sizeof *zeros);
   for (int64_t i = 0; i < n; i++) ones[i] = 1.0f;
   lua_createtable(L, 0, 4);
@@ -916,8 +972,7 @@ static int l_kl_penalty(lua_State *L) {
   set_tensor(L, "adv", zeros, n);
   set_tensor(L, "mask", ones, n);
   set_layout(L, 1, n);
-  set_string(L, "agg", "seq-mean-token-sum-norm");
-  set_number(L, "agg_norm", 1.0);
+  set_string(L, "agg", "token-sum");
   set_tensor(L, "ref_logp", ref, n);
   set_string(L, "kl", kind);
   set_number(L, "kl_coef", 1.0);
@@ -940,7 +995,7 @@ static int l_apply_kl_penalty(lua_State *L) {
   float *mask = input_like(L, "response_mask", rows, cols, "token_level_scores");
   float *rewards = buffer(L, rows * cols, sizeof *rewards);
   double current;
-  check_status(L, mrl_kl_reward(mrl__lua_engine(L), param_kl(L, "kind", "kl"),
+  check_status(L, mrl_kl_reward(mrl__lua_engine(L), param_kl(L, "kind", "kl", NULL),
                                 param_number(L, "beta", 0.001), scores, old, ref, mask, rows, cols,
                                 rewards, &current));
   lua_newtable(L);
@@ -1014,7 +1069,7 @@ static int l_ttopd_turn_kl(lua_State *L) {
     lua_pop(L, 1);
   }
   double loss, *per_turn = buffer(L, rows * slots, sizeof *per_turn);
-  check_status(L, mrl_turn_kl_loss(mrl__lua_engine(L), param_kl(L, "estimator", "k1"), student,
+  check_status(L, mrl_turn_kl_loss(mrl__lua_engine(L), param_kl(L, "estimator", "k1", NULL), student,
                                    teacher, mask, turn, rows, cols, slots, weights, &loss, per_turn,
                                    NULL));
   lua_newtable(L);
@@ -1794,6 +1849,203 @@ static int l_pacevolve(lua_State *L) {
   return 1;
 }
 
+/* ---- verl 1dda039's additions ---- */
+
+/* Sets field key of the table at the top to params[param] as it is, when present. */
+static void pass_param(lua_State *L, const char *key, const char *param) {
+  if (push_param(L, param) == LUA_TNIL) {
+    lua_pop(L, 1);
+    return;
+  }
+  lua_setfield(L, -2, key);
+}
+
+/* The arguments of rl.objective.rollout_correction from verl's rollout-correction params, into
+ * the table at the top. */
+static void pass_rollout_params(lua_State *L) {
+  pass_param(L, "is", "rollout_is");
+  pass_param(L, "is_threshold", "rollout_is_threshold");
+  pass_param(L, "is_batch_normalize", "rollout_is_batch_normalize");
+  pass_param(L, "rs", "rollout_rs");
+  pass_param(L, "rs_threshold", "rollout_rs_threshold");
+}
+
+#define ROLLOUT_PARAMS                                                                             \
+  "rollout_is", "rollout_is_threshold", "rollout_is_batch_normalize", "rollout_rs",              \
+      "rollout_rs_threshold"
+
+/* verl's compute_rollout_correction_and_rejection_mask through rl.objective.rollout_correction:
+ * IS weights of old_log_prob (the trained policy) against rollout_log_prob, and the mask less the
+ * rejected tokens. */
+static int l_rollout_correction(lua_State *L) {
+  static const char *const inputs[] = {"old_log_prob", "rollout_log_prob", "response_mask", NULL};
+  static const char *const params[] = {ROLLOUT_PARAMS, NULL};
+  start(L, inputs, params);
+  int64_t rows, cols;
+  float *lp = input_matrix(L, "old_log_prob", &rows, &cols, NULL);
+  float *rp = input_like(L, "rollout_log_prob", rows, cols, "old_log_prob");
+  float *mask = input_mask(L, "response_mask", rows, cols, "old_log_prob");
+  lua_createtable(L, 0, 10);
+  set_tensor(L, "logp", lp, rows * cols);
+  set_tensor(L, "rollout_logp", rp, rows * cols);
+  set_tensor(L, "mask", mask, rows * cols);
+  set_layout(L, rows, cols);
+  pass_rollout_params(L);
+  call_objective(L, "rollout_correction", 3);
+  int w = lua_gettop(L) - 2;
+  lua_newtable(L);
+  if (!lua_isnil(L, w)) set_matrix(L, "rollout_is_weights", result_data(L, w), rows, cols);
+  set_matrix(L, "modified_response_mask", result_data(L, w + 1), rows, cols);
+  lua_pushnil(L);
+  while (lua_next(L, w + 2)) {
+    lua_pushvalue(L, -2);
+    lua_insert(L, -2);
+    lua_settable(L, -4);
+  }
+  return 1;
+}
+
+/* verl's compute_policy_loss_bypass_mode: old_log_prob is the rollout's; IS weights and the
+ * rejection mask come from the current log_prob against it (as constants), then loss_type
+ * "ppo_clip" (default) is PPO on the kept tokens without the weights, "reinforce" the REINFORCE
+ * loss with them. */
+static int l_pg_bypass(lua_State *L) {
+  static const char *const params[] = {"loss_type",     "clip_ratio",        "clip_ratio_low",
+                                       "clip_ratio_high", "clip_ratio_c",    "loss_agg_mode",
+                                       "loss_scale_factor", ROLLOUT_PARAMS,  NULL};
+  static const char *const types[] = {"ppo_clip", "reinforce", NULL};
+  start(L, pg_inputs, params);
+  bool reinforce = param_option(L, "loss_type", "ppo_clip", types) == 1;
+  pg_batch p = read_pg(L, true);
+  if (p.is_weights)
+    luaL_argerror(L, INPUTS, "inputs.rollout_is_weights: bypass mode computes its own");
+  int64_t n = p.rows * p.cols;
+  lua_createtable(L, 0, 10);
+  set_tensor(L, "logp", p.logp, n);
+  set_tensor(L, "rollout_logp", p.old, n);
+  set_tensor(L, "mask", p.mask, n);
+  set_layout(L, p.rows, p.cols);
+  pass_rollout_params(L);
+  call_objective(L, "rollout_correction", 3);
+  int w = lua_gettop(L) - 2;
+  lua_createtable(L, 0, 16);
+  set_tensor(L, "logp", p.logp, n);
+  set_tensor(L, "old_logp", p.old, n);
+  set_tensor(L, "adv", p.adv, n);
+  lua_pushvalue(L, w + 1);
+  lua_setfield(L, -2, "mask");
+  if (reinforce && !lua_isnil(L, w)) {
+    lua_pushvalue(L, w);
+    lua_setfield(L, -2, "is_weights");
+  }
+  set_layout(L, p.rows, p.cols);
+  set_string(L, "kind", reinforce ? "reinforce" : "ppo");
+  /* verl hands its loss_agg_mode (token-mean by default) to both */
+  set_string(L, "agg", mrl__obj_agg_names[param_agg(L, "token-mean")]);
+  set_number(L, "agg_norm", param_number(L, "loss_scale_factor", (double)p.cols));
+  double both = param_number(L, "clip_ratio", NAN);
+  if (has_param(L, "clip_ratio_low") || !isnan(both))
+    set_number(L, "clip_low", param_number(L, "clip_ratio_low", both));
+  if (has_param(L, "clip_ratio_high") || !isnan(both))
+    set_number(L, "clip_high", param_number(L, "clip_ratio_high", both));
+  pass_number(L, "clip_c", "clip_ratio_c");
+  call_objective(L, "loss", 2);
+  int stats = lua_gettop(L) - 1;
+  lua_newtable(L);
+  copy_field(L, stats, "loss", "loss");
+  copy_field(L, stats, "ppo_kl", "ppo_kl");
+  if (!reinforce) {
+    copy_field(L, stats, "clipfrac", "pg_clipfrac");
+    copy_field(L, stats, "clipfrac_lower", "pg_clipfrac_lower");
+  }
+  set_matrix(L, "grad_wrt_logp", result_data(L, stats + 1), p.rows, p.cols);
+  if (!lua_isnil(L, w)) set_matrix(L, "rollout_is_weights", result_data(L, w), p.rows, p.cols);
+  set_matrix(L, "modified_response_mask", result_data(L, w + 1), p.rows, p.cols);
+  return 1;
+}
+
+/* GDPO through rl.objective.advantage: inputs.reward_terms holds one list of row scores per
+ * reward term (absent: the rows' summed token_level_rewards are the one term). */
+static int l_gdpo(lua_State *L) {
+  static const char *const inputs[] = {"token_level_rewards", "response_mask", "index",
+                                       "reward_terms", NULL};
+  static const char *const params[] = {"epsilon", "norm_adv_by_std", "weights", NULL};
+  start(L, inputs, params);
+  int64_t rows, cols, n;
+  float *mask;
+  double *score = NULL;
+  if (has_input(L, "token_level_rewards")) {
+    float *r = input_matrix(L, "token_level_rewards", &rows, &cols, NULL);
+    mask = input_mask(L, "response_mask", rows, cols, "token_level_rewards");
+    score = row_scores(L, "token_level_rewards", r, rows, cols);
+  } else {
+    matrix_shape(L, "response_mask", &rows, &cols);
+    mask = input_mask(L, "response_mask", rows, cols, NULL);
+  }
+  input_ids(L, "index", &n, NULL);
+  check_length(L, "index", n, rows, "response_mask");
+  if (!score && !has_input(L, "reward_terms"))
+    luaL_argerror(L, INPUTS, "inputs.reward_terms or inputs.token_level_rewards: one is needed");
+  double *count = buffer(L, rows, sizeof *count);
+  for (int64_t i = 0; i < rows * cols; i++) count[i / cols] += mask[i];
+  lua_createtable(L, 0, 8);
+  set_string(L, "method", "gdpo");
+  if (score) set_doubles(L, "scores", score, rows);
+  else set_doubles(L, "scores", count, rows); /* unread beside terms: it gives the row count */
+  pass_input(L, "groups", "index");
+  set_doubles(L, "counts", count, rows);
+  pass_input(L, "terms", "reward_terms");
+  pass_param(L, "term_weights", "weights");
+  pass_number(L, "epsilon", "epsilon");
+  if (has_param(L, "norm_adv_by_std"))
+    set_number(L, "norm_by_std", param_boolean(L, "norm_adv_by_std", true));
+  call_objective(L, "advantage", 1);
+  lua_createtable(L, 0, 3);
+  lua_insert(L, -2);
+  lua_setfield(L, -2, "values");
+  set_tensor(L, "mask", mask, rows * cols);
+  set_offsets(L, rows, cols);
+  call_objective(L, "broadcast", 1);
+  lua_newtable(L);
+  set_matrix(L, "advantages", result_data(L, -2), rows, cols);
+  return 1;
+}
+
+/* The optimal token baseline on verl's (rows, cols) layout, calling the engine directly (the
+ * trainer's rl.objective.otb lays episodes out from their first sampled token instead). */
+static int otb(lua_State *L, int multi_turn) {
+  static const char *const inputs[] = {"token_level_rewards", "response_mask",
+                                       "index",               "old_log_probs",
+                                       "sum_pi_squared",      "rollout_is_weights",
+                                       NULL};
+  static const char *const params[] = {"handle_zero_tail", "epsilon", NULL};
+  start(L, inputs, params);
+  int64_t rows, cols, n;
+  float *r = input_matrix(L, "token_level_rewards", &rows, &cols, NULL);
+  float *mask = input_mask(L, "response_mask", rows, cols, "token_level_rewards");
+  int64_t *group = input_ids(L, "index", &n, NULL);
+  check_length(L, "index", n, rows, "token_level_rewards");
+  float *old = input_like(L, "old_log_probs", rows, cols, "token_level_rewards");
+  float *spq = input_like(L, "sum_pi_squared", rows, cols, "token_level_rewards");
+  float *isw = has_input(L, "rollout_is_weights")
+                   ? input_like(L, "rollout_is_weights", rows, cols, "token_level_rewards")
+                   : NULL;
+  mrl_otb_opts o;
+  mrl_otb_defaults(&o);
+  o.multi_turn = multi_turn;
+  o.handle_zero_tail = param_boolean(L, "handle_zero_tail", true);
+  o.epsilon = param_number(L, "epsilon", o.epsilon);
+  float *adv = buffer(L, rows * cols, sizeof *adv), *ret = buffer(L, rows * cols, sizeof *ret);
+  check_status(L, mrl_optimal_token_baseline(mrl__lua_engine(L), &o, r, mask, group, old, spq, isw,
+                                             rows, cols, adv, ret));
+  lua_newtable(L);
+  set_matrix(L, "advantages", adv, rows, cols);
+  set_matrix(L, "returns", ret, rows, cols);
+  return 1;
+}
+static int l_otb(lua_State *L) { return otb(L, 0); }
+static int l_tir_otb(lua_State *L) { return otb(L, 1); }
+
 /* ---- the table ---- */
 
 static const luaL_Reg advantage_funcs[] = {{"grpo", l_grpo},
@@ -1813,6 +2065,17 @@ static const luaL_Reg advantage_funcs[] = {{"grpo", l_grpo},
                                            {"policy_loss_cispo", l_pg_cispo},
                                            {"policy_loss_gpg", l_pg_gpg},
                                            {"policy_loss_geo_mean", l_pg_geo_mean},
+                                           {"policy_loss_dppo_tv", l_pg_dppo_tv},
+                                           {"policy_loss_dppo_kl", l_pg_dppo_kl},
+                                           {"policy_loss_clip_cov", l_pg_clip_cov},
+                                           {"policy_loss_kl_cov", l_pg_kl_cov},
+                                           {"policy_loss_dro", l_pg_dro},
+                                           {"policy_loss_reinforce", l_pg_reinforce},
+                                           {"policy_loss_bypass_mode", l_pg_bypass},
+                                           {"rollout_correction", l_rollout_correction},
+                                           {"gdpo", l_gdpo},
+                                           {"optimal_token_baseline", l_otb},
+                                           {"tir_optimal_token_baseline", l_tir_otb},
                                            {"value_loss", l_value_loss},
                                            {"kl_penalty", l_kl_penalty},
                                            {"apply_kl_penalty", l_apply_kl_penalty},

@@ -7,6 +7,7 @@
 #include "lua_objective.h"
 
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 /* ---- helpers shared with rl.advantage ---- */
@@ -104,8 +105,19 @@ int mrl__obj_option(lua_State *L, int arg, const char *key, const char *value,
 
 const char *const mrl__obj_agg_names[] = {"token-mean",          "seq-mean-token-sum",
                                           "seq-mean-token-mean", "seq-mean-token-sum-norm",
-                                          "oat-drgrpo",          NULL};
-const char *const mrl__obj_kl_names[] = {"k1", "abs", "k2", "k3", "k1+", "k3+", NULL};
+                                          "oat-drgrpo",          "token-sum",
+                                          NULL};
+/* moonrl's names first, then verl's spellings of the same estimators */
+const char *const mrl__obj_kl_names[] = {"k1",  "abs",  "k2",  "k3",  "k1+",        "abs+",
+                                         "k2+", "k3+",  "kl",  "mse", "low_var_kl", "kl+",
+                                         "mse+", "low_var_kl+", NULL};
+static const mrl_kl_kind kl_kinds[] = {
+    MRL_KL_K1, MRL_KL_ABS, MRL_KL_K2, MRL_KL_K3, MRL_KL_K1_PLUS, MRL_KL_ABS_PLUS, MRL_KL_K2,
+    MRL_KL_K3_PLUS, MRL_KL_K1, MRL_KL_K2, MRL_KL_K3, MRL_KL_K1_PLUS, MRL_KL_K2, MRL_KL_K3_PLUS};
+
+mrl_kl_kind mrl__obj_kl_kind(lua_State *L, int arg, const char *key, const char *value) {
+  return kl_kinds[mrl__obj_option(L, arg, key, value, mrl__obj_kl_names)];
+}
 
 /* ---- argument helpers ---- */
 
@@ -187,17 +199,56 @@ static const struct {
                        {"opo", MRL_ADV_OPO, 1},
                        {"gpg", MRL_ADV_GPG, 1},
                        {"reinforce_plus_plus_baseline", MRL_ADV_REINFORCE_PP_BASELINE, 1},
-                       /* not an mrl_outcome_kind: mrl_reinforce_pp over the rows (below) */
-                       {"reinforce_plus_plus", MRL_ADV_GRPO, 1}};
+                       /* not mrl_outcome_kinds: mrl_reinforce_pp and mrl_gdpo (below) */
+                       {"reinforce_plus_plus", MRL_ADV_GRPO, 1},
+                       {"gdpo", MRL_ADV_GRPO, 1}};
+
+/* Reads field key, a list of lists of rows numbers each, into terms x rows doubles; *terms gets
+ * the number of lists (NULL and 0 when the field is absent). */
+static double *term_lists(lua_State *L, int opts, const char *key, int64_t rows, int64_t *terms) {
+  *terms = 0;
+  if (lua_getfield(L, opts, key) == LUA_TNIL) {
+    lua_pop(L, 1);
+    return NULL;
+  }
+  if (!lua_istable(L, -1))
+    luaL_argerror(L, opts, lua_pushfstring(L, "%s: a list of lists of numbers expected", key));
+  int list = lua_gettop(L);
+  int64_t k = (int64_t)luaL_len(L, list);
+  if (k < 1) luaL_argerror(L, opts, lua_pushfstring(L, "%s: at least one term expected", key));
+  double *out = mrl__obj_buffer(L, k * rows, sizeof(double));
+  for (int64_t j = 0; j < k; j++) {
+    if (lua_geti(L, list, j + 1) != LUA_TTABLE || (int64_t)luaL_len(L, -1) != rows)
+      luaL_argerror(L, opts, lua_pushfstring(L, "%s[%d]: a list of %d numbers expected", key,
+                                             (int)j + 1, (int)rows));
+    for (int64_t i = 0; i < rows; i++) {
+      lua_geti(L, -1, i + 1);
+      int ok;
+      double v = lua_tonumberx(L, -1, &ok);
+      if (!ok || !isfinite(v))
+        luaL_argerror(L, opts, lua_pushfstring(L, "%s[%d][%d]: a finite number expected", key,
+                                               (int)j + 1, (int)i + 1));
+      out[j * rows + i] = v;
+      lua_pop(L, 1);
+    }
+    lua_pop(L, 1);
+  }
+  lua_replace(L, list);
+  *terms = k;
+  return out;
+}
 
 /* rl.objective.advantage{method =, scores = {...}, groups = {...} [, counts = {...}, epsilon =,
- * norm_by_std =, f_norm =, singleton_zero = false]} -> {a1, a2, ...}: the outcome estimator's
- * advantage of each row (an episode), which every sampled token of the row gets. counts: the
- * row's sampled-token count (OPO's lengths and REINFORCE++'s token-weighted whitening; default 1
- * each). singleton_zero: RLOO gives a group of one 0 instead of its score. */
+ * norm_by_std =, f_norm =, singleton_zero = false, terms = {{...}, ...}, term_weights = {...}]}
+ * -> {a1, a2, ...}: the outcome estimator's advantage of each row (an episode), which every
+ * sampled token of the row gets. counts: the row's sampled-token count (OPO's lengths and the
+ * token-weighted whitening of REINFORCE++ and GDPO; default 1 each). singleton_zero: RLOO gives a
+ * group of one 0 instead of its score. gdpo: terms holds one list of row scores per reward term
+ * (absent: scores is the one term), term_weights their weights (default 1 each). */
 static int l_advantage(lua_State *L) {
   static const char *const keys[] = {"method", "scores", "groups", "counts", "epsilon",
-                                     "norm_by_std", "f_norm", "singleton_zero", NULL};
+                                     "norm_by_std", "f_norm", "singleton_zero", "terms",
+                                     "term_weights", NULL};
   start(L, keys);
   const char *method = mrl__lua_opt_string(L, 1, "method", "grpo");
   size_t k = 0, n_methods = sizeof outcome_methods / sizeof outcome_methods[0];
@@ -206,7 +257,7 @@ static int l_advantage(lua_State *L) {
     return luaL_argerror(L, 1, lua_pushfstring(L, "method: unknown outcome estimator '%s' (grpo, "
                                                "drgrpo, grpo_passk, rloo, opo, gpg, "
                                                "reinforce_plus_plus_baseline, "
-                                               "reinforce_plus_plus)", method));
+                                               "reinforce_plus_plus, gdpo)", method));
   int64_t rows = -1;
   double *scores = num_list(L, 1, "scores", &rows, true);
   int64_t *groups = id_list(L, 1, "groups", rows, true);
@@ -234,6 +285,27 @@ static int l_advantage(lua_State *L) {
     for (int64_t t = 0; t < c; t++) mask[i * cols + t] = 1.0f;
   }
   mrl_status st;
+  bool gdpo = strcmp(method, "gdpo") == 0;
+  int64_t n_terms = 0, n_weights = -1;
+  double *terms = term_lists(L, 1, "terms", rows, &n_terms);
+  double *term_weights = num_list(L, 1, "term_weights", &n_weights, false);
+  if (!gdpo && (terms || term_weights))
+    return luaL_argerror(L, 1, "terms, term_weights: only for method gdpo");
+  if (gdpo) {
+    if (!terms) {
+      terms = scores;
+      n_terms = 1;
+    }
+    if (term_weights && n_weights != n_terms)
+      return luaL_argerror(L, 1, lua_pushfstring(L, "term_weights: %d weights expected (one per "
+                                                 "term), got %d", (int)n_terms, (int)n_weights));
+    st = mrl_gdpo(mrl__lua_engine(L), &o, terms, term_weights, n_terms, mask, groups, rows, cols,
+                  adv);
+    if (st) return raise(L, st);
+    for (int64_t i = 0; i < rows; i++) out[i] = adv[i * cols];
+    mrl__obj_push_doubles(L, out, rows);
+    return 1;
+  }
   if (strcmp(method, "reinforce_plus_plus") == 0) {
     /* the score on the row's last sampled token; gamma 1: every sampled token's return is the
      * score, whitened over all sampled tokens of the batch (groups play no part) */
@@ -243,7 +315,8 @@ static int l_advantage(lua_State *L) {
       rewards[i * cols] = 0.0f;
       if (c > 0) rewards[i * cols + c - 1] = (float)scores[i];
     }
-    st = mrl_reinforce_pp(mrl__lua_engine(L), rewards, mask, rows, cols, 1.0, adv, returns);
+    st = mrl_reinforce_pp(mrl__lua_engine(L), rewards, mask, rows, cols, 1.0, MRL_RETURN_CARRY,
+                          adv, returns);
     if (st) return raise(L, st);
     for (int64_t i = 0; i < rows; i++) {
       int64_t c = counts ? (int64_t)counts[i] : 1;
@@ -385,8 +458,10 @@ static float *flat_tensor(lua_State *L, int opts, const char *key, int64_t total
   return mrl_tensor_data(t);
 }
 
-/* The listed episodes' mask-1 positions, left-packed one row per episode. */
-static packed pack(lua_State *L, int opts) {
+/* The listed episodes' mask-1 positions, left-packed one row per episode; with span, each row
+ * is instead the episode's positions from its first mask-1 token to its end, mask-0 tokens
+ * included (as a response row of verl's, observations inside it). */
+static packed pack_layout(lua_State *L, int opts, bool span) {
   packed p;
   memset(&p, 0, sizeof p);
   mrl_tensor *mt = flat_mask(L, opts);
@@ -420,6 +495,10 @@ static packed pack(lua_State *L, int opts) {
       if (mask[j] != 0.0f && mask[j] != 1.0f) luaL_argerror(L, opts, "mask: 0 or 1 expected");
       count += mask[j] != 0.0f;
     }
+    if (span) {
+      while (a < b && mask[a] == 0.0f) a++;
+      count = b - a;
+    }
     if (count > p.cols) p.cols = count;
     range[2 * i] = a;
     range[2 * i + 1] = b;
@@ -431,15 +510,17 @@ static packed pack(lua_State *L, int opts) {
   for (int64_t i = 0; i < p.rows; i++) {
     int64_t c = i * p.cols;
     for (int64_t j = range[2 * i]; j < range[2 * i + 1]; j++)
-      if (mask[j] != 0.0f) {
+      if (span || mask[j] != 0.0f) {
         p.pos[c] = j;
-        p.mask[c++] = 1.0f;
+        p.mask[c++] = mask[j];
       }
   }
   lua_replace(L, offsets); /* keep the arrays; drop the lists */
   lua_replace(L, eps);
   return p;
 }
+
+static packed pack(lua_State *L, int opts) { return pack_layout(L, opts, false); }
 
 static float *gather(lua_State *L, const packed *p, const float *flat) {
   float *out = mrl__obj_buffer(L, p->rows * p->cols, sizeof(float));
@@ -460,11 +541,11 @@ static void push_scatter(lua_State *L, const packed *p, const float *packed_valu
     if (p->pos[c] >= 0) d[p->pos[c]] = packed_values[c];
 }
 
-static const struct {
-  const char *name;
-  mrl_pg_kind kind;
-} pg_kinds[] = {{"ppo", MRL_PG_PPO},   {"gspo", MRL_PG_GSPO}, {"cispo", MRL_PG_CISPO},
-                {"sapo", MRL_PG_SAPO}, {"gpg", MRL_PG_GPG},   {"gmpo", MRL_PG_GMPO}};
+/* rl.objective.loss's kinds, in mrl_pg_kind order */
+static const char *const pg_names[] = {"ppo",     "gspo",    "cispo",    "sapo",
+                                       "gpg",     "gmpo",    "dppo_tv",  "dppo_kl",
+                                       "clip_cov", "kl_cov", "dro",      "reinforce",
+                                       NULL};
 
 static int find_name(lua_State *L, int opts, const char *key, const char *const *names,
                      const char *dflt) {
@@ -478,8 +559,12 @@ static void set_num(lua_State *L, const char *key, double v) {
 
 /* rl.objective.loss{logp =, old_logp =, adv =, mask = (flat tensors), offsets =, episodes =
  * [, kind = "ppo", agg = "token-mean", agg_norm =, clip_low =, clip_high =, clip_c =, tau_pos =,
- * tau_neg =, is_weights =, ref_logp =, kl = "k3", kl_coef = 0, entropy =, entropy_coef = 0,
- * details = false]}
+ * tau_neg =, clip_cov_ratio =, clip_cov_lb =, clip_cov_ub =, kl_cov_ratio =, ppo_kl_coef =,
+ * dro_beta =, seed =, is_weights =, ref_logp =, kl = "k3", kl_coef = 0, entropy =,
+ * entropy_coef = 0, details = false]}
+ * kind: ppo, gspo, cispo, sapo, gpg, gmpo, dppo_tv, dppo_kl, clip_cov, kl_cov, dro, reinforce
+ * (mrl_pg_kind); clip_cov_* and kl_cov_ratio / ppo_kl_coef are the covariance losses' options,
+ * seed clip_cov's random choice of tokens, dro_beta DRO's penalty (required with dro).
  * -> stats, dlogp [, dentropy]: the policy loss (plus coef * KL to the reference and minus
  * coef * entropy) over the listed episodes' sampled tokens, each episode one row; is_weights
  * (flat) multiply each token's policy loss; stats has loss, pg_loss, clipfrac, clipfrac_lower,
@@ -489,10 +574,12 @@ static void set_num(lua_State *L, const char *key, double v) {
  * seq_ratio (gspo, gmpo) and seq_adv (gmpo). */
 static int l_loss(lua_State *L) {
   static const char *const keys[] = {
-      "logp",    "old_logp",  "adv",        "mask",    "offsets",  "episodes", "kind",
-      "agg",     "agg_norm",  "clip_low",   "clip_high", "clip_c", "tau_pos",  "tau_neg",
-      "is_weights", "ref_logp", "kl",       "kl_coef", "entropy",  "entropy_coef", "details",
-      NULL};
+      "logp",        "old_logp",     "adv",          "mask",        "offsets",
+      "episodes",    "kind",         "agg",          "agg_norm",    "clip_low",
+      "clip_high",   "clip_c",       "tau_pos",      "tau_neg",     "clip_cov_ratio",
+      "clip_cov_lb", "clip_cov_ub",  "kl_cov_ratio", "ppo_kl_coef", "dro_beta",
+      "seed",        "is_weights",   "ref_logp",     "kl",          "kl_coef",
+      "entropy",     "entropy_coef", "details",      NULL};
   start(L, keys);
   mrl_engine *e = mrl__lua_engine(L);
   packed p = pack(L, 1);
@@ -503,14 +590,26 @@ static int l_loss(lua_State *L) {
   const float *f_ref = flat_tensor(L, 1, "ref_logp", p.total, false);
   const float *f_ent = flat_tensor(L, 1, "entropy", p.total, false);
   const char *kind_name = mrl__lua_opt_string(L, 1, "kind", "ppo");
-  size_t k = 0, n_kinds = sizeof pg_kinds / sizeof pg_kinds[0];
-  while (k < n_kinds && strcmp(pg_kinds[k].name, kind_name) != 0) k++;
-  if (k == n_kinds)
-    return luaL_argerror(L, 1, lua_pushfstring(L, "kind: unknown policy loss '%s' (ppo, gspo, "
-                                               "cispo, sapo, gpg, gmpo)", kind_name));
-  mrl_pg_kind kind = pg_kinds[k].kind;
+  int k = 0;
+  while (pg_names[k] && strcmp(pg_names[k], kind_name) != 0) k++;
+  if (!pg_names[k]) {
+    const char *choices = push_names(L, pg_names);
+    return luaL_argerror(L, 1, lua_pushfstring(L, "kind: unknown policy loss '%s' (expected one "
+                                               "of: %s)", kind_name, choices));
+  }
+  mrl_pg_kind kind = (mrl_pg_kind)k;
   mrl_pg_opts o;
   mrl_pg_defaults(kind, &o);
+  o.cov_ratio = kind == MRL_PG_KL_COV ? mrl__lua_opt_number(L, 1, "kl_cov_ratio", o.cov_ratio)
+                                      : mrl__lua_opt_number(L, 1, "clip_cov_ratio", o.cov_ratio);
+  o.cov_lb = mrl__lua_opt_number(L, 1, "clip_cov_lb", o.cov_lb);
+  o.cov_ub = mrl__lua_opt_number(L, 1, "clip_cov_ub", o.cov_ub);
+  o.kl_coef = mrl__lua_opt_number(L, 1, "ppo_kl_coef", o.kl_coef);
+  o.dro_beta = mrl__lua_opt_number(L, 1, "dro_beta", o.dro_beta);
+  double seed = mrl__lua_opt_number(L, 1, "seed", 0.0);
+  if (seed < 0 || seed != floor(seed) || seed >= 18446744073709551616.0)
+    return luaL_argerror(L, 1, "seed: a non-negative integer expected");
+  o.seed = (uint64_t)seed;
   o.agg = (mrl_loss_agg)find_name(L, 1, "agg", mrl__obj_agg_names, mrl__obj_agg_names[o.agg]);
   o.agg_norm = mrl__lua_opt_number(L, 1, "agg_norm", o.agg_norm);
   o.clip_low = mrl__lua_opt_number(L, 1, "clip_low", o.clip_low);
@@ -518,7 +617,7 @@ static int l_loss(lua_State *L) {
   o.clip_c = mrl__lua_opt_number(L, 1, "clip_c", o.clip_c);
   o.tau_pos = mrl__lua_opt_number(L, 1, "tau_pos", o.tau_pos);
   o.tau_neg = mrl__lua_opt_number(L, 1, "tau_neg", o.tau_neg);
-  mrl_kl_kind kl_kind = (mrl_kl_kind)find_name(L, 1, "kl", mrl__obj_kl_names, "k3");
+  mrl_kl_kind kl_kind = mrl__obj_kl_kind(L, 1, "kl", mrl__lua_opt_string(L, 1, "kl", "k3"));
   double kl_coef = mrl__lua_opt_number(L, 1, "kl_coef", 0.0);
   double ent_coef = mrl__lua_opt_number(L, 1, "entropy_coef", 0.0);
   bool details = opt_boolean(L, 1, "details", false);
@@ -602,7 +701,7 @@ static int l_kl(lua_State *L) {
   int64_t n = mrl_tensor_numel(mt);
   const float *mask = mrl_tensor_data(mt);
   const float *logp = flat_tensor(L, 1, "logp", n, true), *ref = flat_tensor(L, 1, "ref_logp", n, true);
-  mrl_kl_kind kind = (mrl_kl_kind)find_name(L, 1, "kind", mrl__obj_kl_names, "k3");
+  mrl_kl_kind kind = mrl__obj_kl_kind(L, 1, "kind", mrl__lua_opt_string(L, 1, "kind", "k3"));
   float *kl = mrl__obj_buffer(L, n, sizeof(float));
   mrl_status st = mrl_kl(mrl__lua_engine(L), kind, logp, ref, n, kl, NULL);
   if (st) return raise(L, st);
@@ -673,6 +772,253 @@ static int l_value_loss(lua_State *L) {
   return 2;
 }
 
+/* rl.objective.otb{rewards =, mask =, old_logp =, sum_pi_sq = (flat tensors), offsets =,
+ * episodes =, groups = {...} [, is_weights =, multi_turn = false, handle_zero_tail = true,
+ * epsilon = 1e-8]} -> adv, returns (flat tensors, 0 off the sampled tokens): verl's optimal token
+ * baseline over the listed episodes (groups: one prompt-group id per listed episode). Each episode
+ * is a row from its first sampled token to its end, observations included, so step t of every
+ * episode of a group is the t-th token after the prompt; with multi_turn (verl's
+ * tir_optimal_token_baseline) step t is the t-th sampled token. */
+static int l_otb(lua_State *L) {
+  static const char *const keys[] = {"rewards", "mask", "old_logp", "sum_pi_sq", "offsets",
+                                     "episodes", "groups", "is_weights", "multi_turn",
+                                     "handle_zero_tail", "epsilon", NULL};
+  start(L, keys);
+  packed p = pack_layout(L, 1, true);
+  const float *f_r = flat_tensor(L, 1, "rewards", p.total, true);
+  const float *f_old = flat_tensor(L, 1, "old_logp", p.total, true);
+  const float *f_spq = flat_tensor(L, 1, "sum_pi_sq", p.total, true);
+  const float *f_isw = flat_tensor(L, 1, "is_weights", p.total, false);
+  int64_t *groups = id_list(L, 1, "groups", p.rows, true);
+  mrl_otb_opts o;
+  mrl_otb_defaults(&o);
+  o.multi_turn = opt_boolean(L, 1, "multi_turn", false);
+  o.handle_zero_tail = opt_boolean(L, 1, "handle_zero_tail", true);
+  o.epsilon = mrl__lua_opt_number(L, 1, "epsilon", o.epsilon);
+  int64_t cells = p.rows * p.cols;
+  float *r = gather(L, &p, f_r), *old = gather(L, &p, f_old), *spq = gather(L, &p, f_spq);
+  float *isw = f_isw ? gather(L, &p, f_isw) : NULL;
+  float *adv = mrl__obj_buffer(L, cells, sizeof(float));
+  float *ret = mrl__obj_buffer(L, cells, sizeof(float));
+  mrl_status st = mrl_optimal_token_baseline(mrl__lua_engine(L), &o, r, p.mask, groups, old, spq,
+                                             isw, p.rows, p.cols, adv, ret);
+  if (st) return raise(L, st);
+  for (int64_t c = 0; c < cells; c++)
+    if (p.mask[c] == 0.0f) adv[c] = ret[c] = 0.0f;
+  push_scatter(L, &p, adv);
+  push_scatter(L, &p, ret);
+  return 2;
+}
+
+/* ---- rollout correction: verl's threshold specifications ---- */
+
+/* "U" or "L_U" (a number, or two joined by '_'): *upper and *lower (0 when absent). */
+static bool parse_band(const char *spec, double *lower, double *upper) {
+  char *end;
+  double a = strtod(spec, &end);
+  if (end == spec) return false;
+  if (*end == '_') {
+    const char *rest = end + 1;
+    double b = strtod(rest, &end);
+    if (end == rest || *end) return false;
+    *lower = a;
+    *upper = b;
+    return true;
+  }
+  if (*end) return false;
+  *lower = 0.0;
+  *upper = a;
+  return true;
+}
+
+/* Option key: a number U, or a string "U" or "L_U" of one band; raises naming key otherwise. */
+static void opt_band(lua_State *L, int opts, const char *key, double dflt_upper, double *lower,
+                     double *upper) {
+  int t = lua_getfield(L, opts, key);
+  *lower = 0.0;
+  *upper = dflt_upper;
+  if (t == LUA_TNUMBER) {
+    *upper = lua_tonumber(L, -1);
+  } else if (t == LUA_TSTRING) {
+    if (!parse_band(lua_tostring(L, -1), lower, upper))
+      luaL_argerror(L, opts, lua_pushfstring(L, "%s: '%s' is not a threshold (\"U\" or "
+                                             "\"L_U\")", key, lua_tostring(L, -1)));
+  } else if (t != LUA_TNIL) {
+    luaL_argerror(L, opts, lua_pushfstring(L, "%s: a number or a string \"U\" / \"L_U\" "
+                                           "expected, got %s", key, luaL_typename(L, -1)));
+  }
+  lua_pop(L, 1);
+}
+
+static const char *const rs_names[] = {"token_k1",    "token_k2",    "token_k3",    "seq_sum_k1",
+                                       "seq_sum_k2",  "seq_sum_k3",  "seq_mean_k1", "seq_mean_k2",
+                                       "seq_mean_k3", "seq_max_k2",  "seq_max_k3",  "binary_kl",
+                                       NULL};
+
+/* Splits the string at the top of the stack at commas into a table of trimmed parts (pushed). */
+static void push_parts(lua_State *L, const char *list) {
+  lua_newtable(L);
+  int n = 0;
+  const char *p = list;
+  for (;;) {
+    const char *comma = strchr(p, ',');
+    size_t len = comma ? (size_t)(comma - p) : strlen(p);
+    while (len && (*p == ' ' || *p == '\t')) p++, len--;
+    while (len && (p[len - 1] == ' ' || p[len - 1] == '\t')) len--;
+    if (len) {
+      lua_pushlstring(L, p, len);
+      lua_rawseti(L, -2, ++n);
+    }
+    if (!comma) break;
+    p = comma + 1;
+  }
+}
+
+/* rs (a comma-separated string or a list of names) and rs_threshold (one number or "U" / "L_U"
+ * string for all, or a comma-separated string or list of one per criterion) as criteria; *n gets
+ * their count (0 without rs). A repeated criterion counts once, as in verl. */
+static mrl_rollout_rs *read_rs(lua_State *L, int opts, int64_t *n) {
+  *n = 0;
+  int t = lua_getfield(L, opts, "rs");
+  if (t == LUA_TNIL) {
+    lua_pop(L, 1);
+    if (lua_getfield(L, opts, "rs_threshold") != LUA_TNIL)
+      luaL_argerror(L, opts, "rs_threshold: only with rs");
+    lua_pop(L, 1);
+    return NULL;
+  }
+  if (t == LUA_TSTRING) push_parts(L, lua_tostring(L, -1));
+  else if (t == LUA_TTABLE) lua_pushvalue(L, -1);
+  else luaL_argerror(L, opts, "rs: a string of criteria (\"token_k1,seq_mean_k3\") or a list "
+                              "expected");
+  int names = lua_gettop(L);
+  int64_t count = (int64_t)luaL_len(L, names);
+  if (count < 1) luaL_argerror(L, opts, "rs: at least one criterion expected");
+  t = lua_getfield(L, opts, "rs_threshold");
+  if (t == LUA_TNIL) luaL_argerror(L, opts, "rs_threshold: needed with rs (verl has no default)");
+  if (t == LUA_TSTRING) push_parts(L, lua_tostring(L, -1));
+  else if (t == LUA_TNUMBER) {
+    lua_createtable(L, 1, 0);
+    lua_pushvalue(L, -2);
+    lua_rawseti(L, -2, 1);
+  } else if (t == LUA_TTABLE) lua_pushvalue(L, -1);
+  else luaL_argerror(L, opts, "rs_threshold: a number, a string or a list expected");
+  int thresholds = lua_gettop(L);
+  int64_t n_thr = (int64_t)luaL_len(L, thresholds);
+  if (n_thr != 1 && n_thr != count)
+    luaL_argerror(L, opts, lua_pushfstring(L, "rs_threshold: one threshold for all criteria or "
+                                           "one per criterion (%d) expected, got %d", (int)count,
+                                           (int)n_thr));
+  mrl_rollout_rs *rs = mrl__obj_buffer(L, count, sizeof *rs);
+  for (int64_t j = 0; j < count; j++) {
+    lua_geti(L, names, j + 1);
+    if (lua_type(L, -1) != LUA_TSTRING)
+      luaL_argerror(L, opts, lua_pushfstring(L, "rs[%d]: a criterion name expected", (int)j + 1));
+    int kind = mrl__obj_option(L, opts, "rs", lua_tostring(L, -1), rs_names);
+    lua_pop(L, 1);
+    bool seen = false;
+    for (int64_t q = 0; q < *n; q++) seen = seen || rs[q].kind == (mrl_rollout_rs_kind)kind;
+    lua_geti(L, thresholds, n_thr == 1 ? 1 : j + 1);
+    double lower = 0.0, upper = 0.0;
+    bool ok = lua_type(L, -1) == LUA_TNUMBER ? (upper = lua_tonumber(L, -1), true)
+              : lua_type(L, -1) == LUA_TSTRING ? parse_band(lua_tostring(L, -1), &lower, &upper)
+                                               : false;
+    bool k1 = kind == MRL_RS_TOKEN_K1 || kind == MRL_RS_SEQ_SUM_K1 || kind == MRL_RS_SEQ_MEAN_K1;
+    if (!ok || (!k1 && lower != 0.0))
+      luaL_argerror(L, opts, lua_pushfstring(L, "rs_threshold: entry %d is not a threshold of "
+                                             "%s (%s)", (int)j + 1, rs_names[kind],
+                                             k1 ? "\"U\" or \"L_U\"" : "one upper bound"));
+    lua_pop(L, 1);
+    if (seen) continue;
+    rs[*n].kind = (mrl_rollout_rs_kind)kind;
+    rs[*n].upper = upper;
+    rs[*n].lower = lower;
+    (*n)++;
+  }
+  lua_replace(L, names - 1); /* the criteria block takes the place of the rs field */
+  lua_settop(L, names - 1);
+  return rs;
+}
+
+/* rl.objective.rollout_correction{logp =, rollout_logp =, mask = (flat tensors), offsets =,
+ * episodes = [, is = "token" | "sequence", is_threshold = 2, is_batch_normalize = false, rs =,
+ * rs_threshold =]} -> weights (a flat tensor, nil without is), mask (a flat tensor: the mask with
+ * the rejected tokens 0), stats: verl's rollout correction of the listed episodes between the
+ * policy trained (logp) and the one that sampled (rollout_logp). is_threshold: U truncates the
+ * weights at U; "L_U" zeroes those outside [L, U]. rs: criteria as verl names them ("token_k1",
+ * "seq_mean_k3", "binary_kl", ...; a comma-separated string or a list), rs_threshold one
+ * threshold for all or one per criterion ("L_U" or "U" for the k1 ones, U for the others). */
+static int l_rollout_correction(lua_State *L) {
+  static const char *const keys[] = {"logp", "rollout_logp", "mask", "offsets", "episodes",
+                                     "is", "is_threshold", "is_batch_normalize", "rs",
+                                     "rs_threshold", NULL};
+  static const char *const levels[] = {"none", "token", "sequence", NULL};
+  start(L, keys);
+  packed p = pack(L, 1);
+  const float *f_logp = flat_tensor(L, 1, "logp", p.total, true);
+  const float *f_roll = flat_tensor(L, 1, "rollout_logp", p.total, true);
+  mrl_rollout_corr_opts o = {0};
+  o.is = (mrl_rollout_is_level)find_name(L, 1, "is", levels, "none");
+  opt_band(L, 1, "is_threshold", 2.0, &o.is_lower, &o.is_upper);
+  o.is_batch_normalize = opt_boolean(L, 1, "is_batch_normalize", false);
+  o.rs = read_rs(L, 1, &o.n_rs);
+  int64_t cells = p.rows * p.cols;
+  float *logp = gather(L, &p, f_logp), *roll = gather(L, &p, f_roll);
+  float *w = mrl__obj_buffer(L, cells, sizeof(float));
+  float *m = mrl__obj_buffer(L, cells, sizeof(float));
+  mrl_rollout_corr_stats st;
+  mrl_status status = mrl_rollout_correction(mrl__lua_engine(L), &o, logp, roll, p.mask, p.rows,
+                                             p.cols, w, m, &st);
+  if (status) return raise(L, status);
+  if (o.is != MRL_ROLLOUT_IS_NONE) push_scatter(L, &p, w);
+  else lua_pushnil(L);
+  /* the mask: the input's, less the rejected tokens */
+  mrl_tensor *mt = flat_mask(L, 1);
+  const float *in = mrl_tensor_data(mt);
+  for (int64_t c = 0; c < cells; c++) m[c] = p.mask[c] != 0.0f && m[c] == 0.0f ? -1.0f : 0.0f;
+  push_scatter(L, &p, m);
+  float *out = mrl_tensor_data(mrl__lua_check_tensor(L, -1, "mask"));
+  for (int64_t i = 0; i < p.total; i++) out[i] = out[i] < 0.0f ? 0.0f : in[i];
+  lua_createtable(L, 0, 8);
+  set_num(L, "is_mean", st.is_mean);
+  set_num(L, "is_fraction_high", st.is_fraction_high);
+  set_num(L, "is_fraction_low", st.is_fraction_low);
+  set_num(L, "is_norm_factor", st.is_norm_factor);
+  set_num(L, "rs_masked_fraction", st.rs_masked_fraction);
+  set_num(L, "rs_seq_masked_fraction", st.rs_seq_masked_fraction);
+  set_num(L, "kl", st.kl);
+  set_num(L, "k3_kl", st.k3_kl);
+  return 3;
+}
+
+/* rl.objective.names() -> {loss = {...}, agg = {...}, kl = {...}, advantage = {...}, rs = {...}}:
+ * the names rl.objective takes, for a caller that checks options before calling (the trainer). */
+static int l_names(lua_State *L) {
+  static const char *const keys[] = {NULL};
+  if (!lua_isnoneornil(L, 1)) start(L, keys);
+  static const struct {
+    const char *key;
+    const char *const *names;
+  } lists[] = {{"loss", pg_names}, {"agg", mrl__obj_agg_names}, {"kl", mrl__obj_kl_names},
+               {"rs", rs_names}};
+  lua_createtable(L, 0, 5);
+  for (size_t j = 0; j < sizeof lists / sizeof lists[0]; j++) {
+    lua_newtable(L);
+    for (int i = 0; lists[j].names[i]; i++) {
+      lua_pushstring(L, lists[j].names[i]);
+      lua_rawseti(L, -2, i + 1);
+    }
+    lua_setfield(L, -2, lists[j].key);
+  }
+  lua_newtable(L);
+  for (size_t i = 0; i < sizeof outcome_methods / sizeof outcome_methods[0]; i++) {
+    lua_pushstring(L, outcome_methods[i].name);
+    lua_rawseti(L, -2, (lua_Integer)i + 1);
+  }
+  lua_setfield(L, -2, "advantage");
+  return 1;
+}
+
 /* rl.objective.overlong{lengths = {...}, max_len =, buffer = [, factor = 1, floor = true]} ->
  * DAPO's soft overlong penalty of each response length (0 up to max_len - buffer, then linear
  * down to -factor at max_len; floored at -factor unless floor is false). */
@@ -707,6 +1053,9 @@ void mrl__lua_open_objective(lua_State *L) {
                                    {"overlong", l_overlong},
                                    {"gae", l_gae},
                                    {"value_loss", l_value_loss},
+                                   {"otb", l_otb},
+                                   {"rollout_correction", l_rollout_correction},
+                                   {"names", l_names},
                                    {NULL, NULL}};
   luaL_newlib(L, funcs);
 }

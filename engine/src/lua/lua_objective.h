@@ -37,8 +37,11 @@ void mrl__obj_push_doubles(lua_State *L, const double *x, int64_t n);
 int mrl__obj_option(lua_State *L, int arg, const char *key, const char *value,
                     const char *const *names);
 
-/* Names of mrl_loss_agg and of mrl_kl_kind in enum order (rl.objective's spellings). */
+/* Names of mrl_loss_agg in enum order; the names of the KL estimators, moonrl's and verl's
+ * ("kl", "mse", "low_var_kl" and their "+" forms). */
 extern const char *const mrl__obj_agg_names[];
 extern const char *const mrl__obj_kl_names[];
+/* The estimator a KL name (value, of option key) means; otherwise an argument error on arg. */
+mrl_kl_kind mrl__obj_kl_kind(lua_State *L, int arg, const char *key, const char *value);
 
 #endif /* MRL_LUA_OBJECTIVE_H */

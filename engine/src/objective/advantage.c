@@ -1,6 +1,6 @@
 /* advantage.c - outcome and critic advantage estimators (spec sections 1 and 6.8): GRPO and
- * Dr. GRPO, pass@k, RLOO, OPO, GPG, REINFORCE++(-baseline), ReMax, GAE, and the fatal-step mask
- * and clamp of fatal-aware GRPO. */
+ * Dr. GRPO, pass@k, RLOO, OPO, GPG, REINFORCE++(-baseline), GDPO, ReMax, GAE, and the fatal-step
+ * mask and clamp of fatal-aware GRPO. */
 #include "advantage.h"
 
 #include <math.h>
@@ -150,6 +150,59 @@ done:
   return st;
 }
 
+/* ---- GDPO: each reward term normalised on its own, then summed and whitened ---- */
+
+mrl_status mrl_gdpo(mrl_engine *e, const mrl_outcome_opts *opts, const double *scores,
+                    const double *weights, int64_t terms, const float *mask, const int64_t *group,
+                    int64_t rows, int64_t cols, float *adv) {
+  static const char fn[] = "mrl_gdpo";
+  ADV_TRY(mrl__adv_sizes(e, fn, rows, cols));
+  ADV_TRY(mrl__adv_sizes(e, fn, terms, rows));
+  if (terms < 1)
+    return mrl__fail(e, MRL_ERR_INVALID, fn, "terms is %lld; GDPO needs at least one reward term",
+                     (long long)terms);
+  int64_t n = rows * cols;
+  ADV_TRY(mrl__adv_need(e, fn, "scores", scores, terms * rows));
+  ADV_TRY(mrl__adv_need(e, fn, "mask", mask, n));
+  ADV_TRY(mrl__adv_need(e, fn, "group", group, rows));
+  ADV_TRY(mrl__adv_need(e, fn, "adv", adv, n));
+  ADV_TRY(mrl__adv_mask(e, fn, "mask", mask, n));
+  ADV_TRY(mrl__adv_finite_d(e, fn, "scores", scores, terms * rows));
+  if (weights) ADV_TRY(mrl__adv_finite_d(e, fn, "weights", weights, terms));
+  mrl_outcome_opts o;
+  mrl_outcome_defaults(&o);
+  if (opts) o = *opts;
+  ADV_TRY(mrl__adv_range(e, fn, "epsilon", o.epsilon, 0.0, INFINITY));
+  ADV_TRY(mrl__whiten_count(e, fn, mask, n));
+  mrl__scratch s = {.e = e, .fn = fn};
+  mrl_status st = MRL_ERR_NOMEM;
+  double *sum = mrl__scratch_get(&s, rows, sizeof *sum);
+  double *tok = mrl__scratch_get(&s, n, sizeof *tok);
+  int64_t *g = mrl__scratch_get(&s, rows, sizeof *g), groups = 0;
+  if (!sum || !tok || !g || mrl__dense_ids(&s, group, NULL, rows, g, &groups)) goto done;
+  int64_t *size = mrl__scratch_get(&s, groups, sizeof *size);
+  double *mean = mrl__scratch_get(&s, groups, sizeof *mean);
+  double *std = mrl__scratch_get(&s, groups, sizeof *std);
+  if (!size || !mean || !std) goto done;
+  for (int64_t k = 0; k < terms; k++) {
+    /* GRPO of term k: a group of one keeps its score (mean 0, std 1) */
+    const double *x = scores + k * rows;
+    mrl__group_moments(x, g, rows, groups, 1, size, mean, std);
+    for (int64_t b = 0; b < rows; b++) {
+      double mu = size[g[b]] > 1 ? mean[g[b]] : 0.0, sigma = size[g[b]] > 1 ? std[g[b]] : 1.0;
+      double a = o.norm_by_std ? (x[b] - mu) / (sigma + o.epsilon) : x[b] - mu;
+      sum[b] += (weights ? weights[k] : 1.0) * a;
+    }
+  }
+  for (int64_t i = 0; i < n; i++) tok[i] = sum[i / cols] * mask[i];
+  mrl__masked_whiten(tok, mask, n, tok);
+  for (int64_t i = 0; i < n; i++) adv[i] = (float)(tok[i] * mask[i]);
+  st = MRL_OK;
+done:
+  mrl__scratch_free(&s);
+  return st;
+}
+
 /* ---- token-level returns ---- */
 
 static mrl_status check_discount(mrl_engine *e, const char *fn, const char *name, double v) {
@@ -192,12 +245,15 @@ mrl_status mrl_gae(mrl_engine *e, const float *rewards, const float *values, con
 }
 
 mrl_status mrl_reinforce_pp(mrl_engine *e, const float *rewards, const float *mask, int64_t rows,
-                            int64_t cols, double gamma, float *adv, float *returns) {
+                            int64_t cols, double gamma, mrl_return_rule rule, float *adv,
+                            float *returns) {
   static const char fn[] = "mrl_reinforce_pp";
   ADV_TRY(check_token_batch(e, fn, rewards, mask, rows, cols));
   int64_t n = rows * cols;
   ADV_TRY(mrl__adv_need(e, fn, "adv", adv, n));
   ADV_TRY(check_discount(e, fn, "gamma", gamma));
+  if (rule != MRL_RETURN_CARRY && rule != MRL_RETURN_RESET)
+    return mrl__fail(e, MRL_ERR_INVALID, fn, "unknown return rule %d", (int)rule);
   ADV_TRY(mrl__whiten_count(e, fn, mask, n));
   mrl__scratch s = {.e = e, .fn = fn};
   double *ret = mrl__scratch_get(&s, n, sizeof *ret);
@@ -206,9 +262,15 @@ mrl_status mrl_reinforce_pp(mrl_engine *e, const float *rewards, const float *ma
     double run = 0.0;
     for (int64_t t = cols - 1; t >= 0; t--) {
       int64_t i = b * cols + t;
-      run = rewards[i] + gamma * run;
-      ret[i] = run;
-      if (mask[i] == 0.0f) run = 0.0; /* verl's quirk: no credit across an observation */
+      double next = rewards[i] + gamma * run;
+      if (mask[i] != 0.0f) {
+        ret[i] = run = next;
+      } else if (rule == MRL_RETURN_CARRY) {
+        ret[i] = 0.0; /* an observation token: the return passes it unchanged */
+      } else {
+        ret[i] = next; /* the rule before verl 8a1bf6d5b: no credit across an observation */
+        run = 0.0;
+      }
     }
   }
   if (returns)

@@ -1,6 +1,7 @@
 /* advantage.h - helpers shared by the advantage and loss files (advantage*.c, loss*.c): argument
  * checks that name the bad argument, scratch memory, dense group ids, group statistics,
- * token-weighted whitening and the loss-aggregation weights. Not installed. */
+ * token-weighted whitening, the loss-aggregation weights and the covariance losses' choice of
+ * tokens. Not installed. */
 #ifndef MRL_ADVANTAGE_H
 #define MRL_ADVANTAGE_H
 
@@ -94,5 +95,17 @@ void mrl__agg_weights(mrl_loss_agg mode, double norm, const float *mask, int64_t
 double mrl__agg_sum(const double *w, const double *loss, int64_t n);
 /* verl's masked_mean for metrics: sum over mask-1 tokens / (count + 1e-8). */
 double mrl__masked_mean(const double *x, const float *mask, int64_t n);
+
+/* ---- the covariance losses' choice of tokens (loss_cov.c): sel[i] = 1 for a chosen token ---- */
+
+/* clip-cov: a random share cov_ratio (at least 1) of the mask-1 tokens that the PPO clip leaves
+ * alone and whose covariance (A - mean A)(logp - mean logp) lies in (cov_lb, cov_ub); x is the
+ * log ratio. The choice depends only on opts->seed and the candidates. */
+mrl_status mrl__clip_cov_select(mrl__scratch *s, const mrl_pg_opts *o, const float *logp,
+                                const double *x, const float *adv, const float *mask, int64_t n,
+                                double *sel);
+/* kl-cov: the share cov_ratio (at least 1) of the mask-1 tokens with the largest covariance. */
+mrl_status mrl__kl_cov_select(mrl__scratch *s, const mrl_pg_opts *o, const float *logp,
+                              const float *adv, const float *mask, int64_t n, double *sel);
 
 #endif /* MRL_ADVANTAGE_H */

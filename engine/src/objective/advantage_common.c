@@ -227,7 +227,7 @@ mrl_status mrl__whiten_count(mrl_engine *e, const char *fn, const float *mask, i
 /* ---- loss aggregation ---- */
 
 mrl_status mrl__check_agg(mrl_engine *e, const char *fn, mrl_loss_agg mode, double norm) {
-  if ((int)mode < MRL_AGG_TOKEN_MEAN || (int)mode > MRL_AGG_OAT_DRGRPO)
+  if ((int)mode < MRL_AGG_TOKEN_MEAN || (int)mode > MRL_AGG_TOKEN_SUM)
     return mrl__fail(e, MRL_ERR_INVALID, fn, "unknown aggregation mode %d", (int)mode);
   if (isnan(norm) || isinf(norm))
     return mrl__fail(e, MRL_ERR_INVALID, fn, "the aggregation norm is %g; it must be finite", norm);
@@ -250,8 +250,11 @@ void mrl__agg_weights(mrl_loss_agg mode, double norm, const float *mask, int64_t
     case MRL_AGG_SEQ_MEAN_TOKEN_MEAN:
       v = rows_with_tokens ? 1.0 / ((row_tokens + 1e-8) * (double)rows_with_tokens) : 0.0;
       break;
-    case MRL_AGG_SEQ_MEAN_TOKEN_SUM_NORM: v = 1.0 / c; break;
+    case MRL_AGG_SEQ_MEAN_TOKEN_SUM_NORM:
+      v = rows_with_tokens ? 1.0 / (c * (double)rows_with_tokens) : 0.0;
+      break;
     case MRL_AGG_OAT_DRGRPO: v = 1.0 / (c * (double)rows); break;
+    case MRL_AGG_TOKEN_SUM: v = 1.0; break;
     }
     for (int64_t t = 0; t < cols; t++) w[b * cols + t] = mask[b * cols + t] != 0.0f ? v : 0.0;
   }

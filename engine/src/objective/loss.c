@@ -1,8 +1,9 @@
 /* loss.c - policy-gradient losses and their per-token gradients with respect to the current
- * log-probabilities (spec sections 3 and 4): loss aggregation, PPO with clip-higher and dual clip,
- * GSPO, CISPO, SAPO, GPG, GMPO, A2TGPO's turn-level PPO, the clipped value loss and the entropy
- * bonus. Each loss is the sum of aggregation weights times per-token losses, so its gradient is
- * those weights times the per-token derivatives. */
+ * log-probabilities (spec sections 3 and 4, and verl 1dda039's losses): loss aggregation, PPO
+ * with clip-higher and dual clip, GSPO, CISPO, SAPO, GPG, GMPO, DPPO (TV and binary KL),
+ * clip-cov, kl-cov, DRO, REINFORCE, A2TGPO's turn-level PPO, the clipped value loss and the
+ * entropy bonus. Each loss is the sum of aggregation weights times per-token losses, so its
+ * gradient is those weights times the per-token derivatives. */
 #include "advantage.h"
 
 #include <math.h>
@@ -44,8 +45,15 @@ void mrl_pg_defaults(mrl_pg_kind kind, mrl_pg_opts *opts) {
                         .clip_high = 0.2,
                         .clip_c = 3.0,
                         .tau_pos = 1.0,
-                        .tau_neg = 1.05};
+                        .tau_neg = 1.05,
+                        .cov_ratio = 2e-4,
+                        .cov_lb = 1.0,
+                        .cov_ub = 5.0,
+                        .kl_coef = 0.1,
+                        .dro_beta = 0.0,
+                        .seed = 0};
   switch (kind) {
+  case MRL_PG_REINFORCE: opts->agg = MRL_AGG_SEQ_MEAN_TOKEN_SUM; break;
   case MRL_PG_GSPO:
     opts->clip_low = 3e-4;
     opts->clip_high = 4e-4;
@@ -75,6 +83,22 @@ static mrl_status check_pg_opts(mrl_engine *e, const char *fn, mrl_pg_kind kind,
   if (kind == MRL_PG_PPO && !(o->clip_c > 1.0))
     return mrl__fail(e, MRL_ERR_INVALID, fn, "clip_c is %g; the dual clip needs a value > 1",
                      o->clip_c);
+  if ((kind == MRL_PG_DPPO_TV || kind == MRL_PG_DPPO_KL) && !(o->clip_c > 0.0))
+    return mrl__fail(e, MRL_ERR_INVALID, fn,
+                     "clip_c is %g; DPPO truncates the ratio at clip_c, which must be > 0",
+                     o->clip_c);
+  if ((kind == MRL_PG_CLIP_COV || kind == MRL_PG_KL_COV) &&
+      (!(o->cov_ratio > 0.0) || isinf(o->cov_ratio)))
+    return mrl__fail(e, MRL_ERR_INVALID, fn, "cov_ratio is %g; it must be positive and finite",
+                     o->cov_ratio);
+  if (kind == MRL_PG_CLIP_COV && (isnan(o->cov_lb) || isnan(o->cov_ub)))
+    return mrl__fail(e, MRL_ERR_INVALID, fn, "cov_lb and cov_ub must be numbers");
+  if (kind == MRL_PG_KL_COV) ADV_TRY(mrl__adv_range(e, fn, "kl_coef", o->kl_coef, -INFINITY,
+                                                    INFINITY));
+  if (kind == MRL_PG_DRO && (!(o->dro_beta > 0.0) || isinf(o->dro_beta)))
+    return mrl__fail(e, MRL_ERR_INVALID, fn,
+                     "dro_beta is %g; DRO needs a positive, finite dro_beta (verl has no default)",
+                     o->dro_beta);
   if (kind == MRL_PG_SAPO &&
       (!(o->tau_pos > 0.0) || !(o->tau_neg > 0.0) || isinf(o->tau_pos) || isinf(o->tau_neg)))
     return mrl__fail(e, MRL_ERR_INVALID, fn,
@@ -83,13 +107,14 @@ static mrl_status check_pg_opts(mrl_engine *e, const char *fn, mrl_pg_kind kind,
   return MRL_OK;
 }
 
-/* GMPO works on whole rows: loss = mean over rows of -mean(A) exp(mean clipped log ratio). */
+/* GMPO works on whole rows: loss = mean over rows of -mean(A) exp(mean clipped log ratio), each
+ * row's term times the geometric mean of its IS weights. */
 static void gmpo(const mrl_pg_opts *o, const double *x, const float *adv, const float *mask,
-                 int64_t rows, int64_t cols, mrl_pg_stats *st, double *seq_ratio, double *seq_adv,
-                 float *dlogp) {
+                 const float *is_weights, int64_t rows, int64_t cols, mrl_pg_stats *st,
+                 double *seq_ratio, double *seq_adv, float *dlogp) {
   double loss = 0.0, upper = 0.0, lower = 0.0, valid = 0.0;
   for (int64_t b = 0; b < rows; b++) {
-    double msum = 0.0, xsum = 0.0, asum = 0.0;
+    double msum = 0.0, xsum = 0.0, asum = 0.0, lwsum = 0.0;
     for (int64_t t = 0; t < cols; t++) {
       int64_t i = b * cols + t;
       if (mask[i] == 0.0f) continue;
@@ -99,14 +124,16 @@ static void gmpo(const mrl_pg_opts *o, const double *x, const float *adv, const 
       msum += 1.0;
       xsum += xs;
       asum += a;
+      if (is_weights) lwsum += log((double)is_weights[i] + 1e-10);
       valid += 1.0;
       upper += x[i] != xc && a > 0;
       lower += x[i] != xc && a < 0;
     }
     double r = exp(xsum / (msum + 1e-8)), abar = asum / (msum + 1e-8);
+    if (is_weights) abar *= exp(lwsum / (msum + 1e-8)); /* a constant factor of the row's term */
     loss += -abar * r;
     if (seq_ratio) seq_ratio[b] = r;
-    if (seq_adv) seq_adv[b] = abar;
+    if (seq_adv) seq_adv[b] = asum / (msum + 1e-8);
     if (dlogp)
       for (int64_t t = 0; t < cols; t++) {
         int64_t i = b * cols + t;
@@ -130,14 +157,15 @@ mrl_status mrl_policy_loss(mrl_engine *e, mrl_pg_kind kind, const mrl_pg_opts *o
   static const char fn[] = "mrl_policy_loss";
   ADV_TRY(mrl__adv_sizes(e, fn, rows, cols));
   int64_t n = rows * cols;
-  if ((int)kind < MRL_PG_PPO || (int)kind > MRL_PG_GMPO)
+  if ((int)kind < MRL_PG_PPO || (int)kind > MRL_PG_REINFORCE)
     return mrl__fail(e, MRL_ERR_INVALID, fn, "unknown policy loss %d", (int)kind);
   mrl_pg_opts o;
   mrl_pg_defaults(kind, &o);
   if (opts) o = *opts;
   ADV_TRY(check_pg_opts(e, fn, kind, &o));
   ADV_TRY(mrl__adv_need(e, fn, "logp", logp, n));
-  if (kind != MRL_PG_GPG) ADV_TRY(mrl__adv_need(e, fn, "old_logp", old_logp, n));
+  if (kind != MRL_PG_GPG && kind != MRL_PG_REINFORCE)
+    ADV_TRY(mrl__adv_need(e, fn, "old_logp", old_logp, n));
   ADV_TRY(mrl__adv_need(e, fn, "adv", adv, n));
   ADV_TRY(mrl__adv_need(e, fn, "mask", mask, n));
   ADV_TRY(mrl__adv_mask(e, fn, "mask", mask, n));
@@ -145,9 +173,15 @@ mrl_status mrl_policy_loss(mrl_engine *e, mrl_pg_kind kind, const mrl_pg_opts *o
   if (old_logp) ADV_TRY(mrl__adv_finite(e, fn, "old_logp", old_logp, mask, n));
   ADV_TRY(mrl__adv_finite(e, fn, "adv", adv, mask, n));
   if (is_weights) ADV_TRY(mrl__adv_finite(e, fn, "is_weights", is_weights, mask, n));
-  if (kind == MRL_PG_GMPO && (token_loss || is_weights))
+  if (kind == MRL_PG_GMPO && is_weights)
+    for (int64_t i = 0; i < n; i++)
+      if (mask[i] != 0.0f && is_weights[i] < 0.0f)
+        return mrl__fail(e, MRL_ERR_INVALID, fn,
+                         "is_weights[%lld] is %g; GMPO takes the log of IS weights, which are >= 0",
+                         (long long)i, (double)is_weights[i]);
+  if (kind == MRL_PG_GMPO && token_loss)
     return mrl__fail(e, MRL_ERR_UNSUPPORTED, fn,
-                     "GMPO has no per-token loss: token_loss and is_weights must be NULL");
+                     "GMPO has no per-token loss: token_loss must be NULL");
   if (seq_ratio && kind != MRL_PG_GSPO && kind != MRL_PG_GMPO)
     return mrl__fail(e, MRL_ERR_INVALID, fn, "seq_ratio: only GSPO and GMPO have one");
   if (seq_adv && kind != MRL_PG_GMPO)
@@ -159,11 +193,19 @@ mrl_status mrl_policy_loss(mrl_engine *e, mrl_pg_kind kind, const mrl_pg_opts *o
   double *g = mrl__scratch_get(&s, n, sizeof *g);      /* d l / d logp */
   double *w = mrl__scratch_get(&s, n, sizeof *w);      /* aggregation weights */
   double *sr = mrl__scratch_get(&s, rows, sizeof *sr); /* GSPO: per-row log ratio */
-  if (!x || !l || !g || !w || !sr) {
+  double *sel = mrl__scratch_get(&s, n, sizeof *sel);  /* clip-cov, kl-cov: chosen tokens */
+  if (!x || !l || !g || !w || !sr || !sel) {
     mrl__scratch_free(&s);
     return MRL_ERR_NOMEM;
   }
   for (int64_t i = 0; i < n; i++) x[i] = old_logp ? (double)logp[i] - old_logp[i] : 0.0;
+  mrl_status chosen = MRL_OK;
+  if (kind == MRL_PG_CLIP_COV) chosen = mrl__clip_cov_select(&s, &o, logp, x, adv, mask, n, sel);
+  if (kind == MRL_PG_KL_COV) chosen = mrl__kl_cov_select(&s, &o, logp, adv, mask, n, sel);
+  if (chosen) {
+    mrl__scratch_free(&s);
+    return chosen;
+  }
   mrl_pg_stats st = {0};
   /* the metrics are verl's masked means: sums over mask-1 tokens / (their count + 1e-8) */
   double valid = 0.0, clipped = 0.0, lowered = 0.0, kl = 0.0;
@@ -175,7 +217,7 @@ mrl_status mrl_policy_loss(mrl_engine *e, mrl_pg_kind kind, const mrl_pg_opts *o
         kl -= x[i];
       }
     st.ppo_kl = kl / (valid + 1e-8);
-    gmpo(&o, x, adv, mask, rows, cols, &st, seq_ratio, seq_adv, dlogp);
+    gmpo(&o, x, adv, mask, is_weights, rows, cols, &st, seq_ratio, seq_adv, dlogp);
     if (stats) *stats = st;
     mrl__scratch_free(&s);
     return MRL_OK;
@@ -238,9 +280,50 @@ mrl_status mrl_policy_loss(mrl_engine *e, mrl_pg_kind kind, const mrl_pg_opts *o
       break;
     }
     case MRL_PG_GPG:
+    case MRL_PG_REINFORCE:
       token_kl = -x[i];
       l[i] = -(double)logp[i] * a;
       g[i] = -a;
+      break;
+    case MRL_PG_DPPO_TV:
+    case MRL_PG_DPPO_KL: {
+      /* the truncated ratio is a constant weight; the trust region decides which tokens count */
+      double tr = fmin(r, o.clip_c), p = exp((double)logp[i]), q = exp((double)old_logp[i]);
+      bool inside;
+      if (kind == MRL_PG_DPPO_TV) {
+        inside = a > 0 ? p - q <= o.clip_high : p - q >= -o.clip_low;
+      } else {
+        double k = q * ((double)old_logp[i] - logp[i]) +
+                   (1.0 - q) * log((1.0 - q + 1e-8) / (1.0 - p + 1e-8));
+        inside = a > 0 ? k <= o.clip_high || p <= q : k <= o.clip_low || p >= q;
+      }
+      clip = !inside;
+      low = inside && r > o.clip_c;
+      l[i] = inside ? -a * tr * logp[i] : 0.0;
+      g[i] = inside ? -a * tr : 0.0;
+      break;
+    }
+    case MRL_PG_CLIP_COV: {
+      double ru = exp(x[i]); /* verl's clip-cov does not clamp the log ratio */
+      double l1 = -a * ru, l2 = -a * fmin(fmax(ru, lo), hi);
+      token_kl = -x[i];
+      clip = sel[i] != 0.0;
+      l[i] = clip ? 0.0 : fmax(l1, l2);
+      g[i] = clip || l2 > l1 ? 0.0 : -a * ru;
+      break;
+    }
+    case MRL_PG_KL_COV: {
+      double ru = exp(x[i]), sgn = (x[i] > 0) - (x[i] < 0);
+      token_kl = fabs(x[i]);
+      clip = sel[i] != 0.0;
+      l[i] = -a * ru + (clip ? o.kl_coef * fabs(x[i]) : 0.0);
+      g[i] = -a * ru + (clip ? o.kl_coef * sgn : 0.0);
+      break;
+    }
+    case MRL_PG_DRO:
+      token_kl = -x[i];
+      l[i] = -(double)logp[i] * a + 0.5 * o.dro_beta * x[i] * x[i];
+      g[i] = -a + o.dro_beta * x[i];
       break;
     case MRL_PG_GMPO: break;
     }

@@ -1,12 +1,13 @@
 /* loss_kl.c - KL divergence to a reference policy (spec section 2): the k1/abs/k2/k3 estimators
- * and their straight-through variants with gradients, KL as a loss term and in the reward, the
- * adaptive KL controller, TT-OPD's turn-level KL to a teacher (6.12) and the teacher's EMA. */
+ * and their straight-through "+" variants (the estimator's value, k2's gradient) with gradients,
+ * KL as a loss term and in the reward, the adaptive KL controller, TT-OPD's turn-level KL to a
+ * teacher (6.12) and the teacher's EMA. */
 #include "advantage.h"
 
 #include <math.h>
 
 static mrl_status check_kind(mrl_engine *e, const char *fn, mrl_kl_kind kind) {
-  if ((int)kind < MRL_KL_K1 || (int)kind > MRL_KL_K3_PLUS)
+  if ((int)kind < MRL_KL_K1 || (int)kind > MRL_KL_ABS_PLUS)
     return mrl__fail(e, MRL_ERR_INVALID, fn, "unknown KL estimator %d", (int)kind);
   return MRL_OK;
 }
@@ -26,6 +27,7 @@ static double kl_at(mrl_kl_kind kind, double d, double *grad) {
     return vc;
   }
   case MRL_KL_K1_PLUS: *grad = d; return d;
+  case MRL_KL_ABS_PLUS: *grad = d; return fabs(d);
   case MRL_KL_K1: break;
   }
   *grad = 1.0;

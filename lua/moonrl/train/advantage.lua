@@ -12,6 +12,8 @@
 -- estimator sets.
 local core = require "moonrl.core"
 local critic = require "moonrl.train.critic"
+local reward = require "moonrl.train.reward"
+local score = require "moonrl.train.score"
 
 local M = {}
 
@@ -73,6 +75,40 @@ for _, method in ipairs { "grpo", "drgrpo", "rloo", "opo", "gpg", "grpo_passk",
   "reinforce_plus_plus_baseline", "reinforce_plus_plus" } do
   M.register(method, outcome(method))
 end
+
+-- The reward terms GDPO normalises by default, in the order the reward stage adds them: the
+-- environment's return ("env"), the recipe's terms, DAPO's overlong penalty ("overlong").
+function M.gdpo_terms(c)
+  local names = { "env" }
+  for _, t in ipairs(reward.terms(c.rewards)) do names[#names + 1] = t.name end
+  if c.overlong then names[#names + 1] = "overlong" end
+  return names
+end
+
+-- GDPO (verl "gdpo"): each reward term of ep.reward_terms normalised within the task's group on
+-- its own, the normalised terms summed with gdpo.weights, whitened over the sampled tokens.
+M.register("gdpo", function(ctx, batch)
+  local c = ctx.cfg
+  local g = c.gdpo or {}
+  local names = g.terms or M.gdpo_terms(c)
+  local terms = {}
+  for k, name in ipairs(names) do
+    terms[k] = {}
+    for i, ep in ipairs(batch.episodes) do
+      local v = type(ep.reward_terms) == "table" and ep.reward_terms[name]
+      if type(v) ~= "number" then
+        error(string.format("train: advantage gdpo: episode %d has no reward term '%s' "
+          .. "(ep.reward_terms, which the reward stage sets)", i, name), 0)
+      end
+      terms[k][i] = v
+    end
+  end
+  local scores, groups = M.scores(batch)
+  local a = core.objective.advantage { method = "gdpo", scores = scores, groups = groups,
+    counts = batch:sampled_counts(), terms = terms, term_weights = g.weights,
+    epsilon = c.adv_epsilon }
+  return core.objective.broadcast { values = a, mask = batch.mask, offsets = batch.offsets }, a
+end)
 
 -- ---------------------------------------------------------------- per-turn estimators
 
@@ -160,13 +196,12 @@ M.register("beacon", function(ctx, batch)
   return rows_to_tokens(batch, index, values)
 end)
 
--- ---------------------------------------------------------------- GAE (PPO with a critic)
+-- ---------------------------------------------------------------- token rewards
 
--- Token rewards (each turn's reward on its last sampled token; the rest of the episode's score,
--- reward terms and KL penalty, on its last sampled token), the critic's values before the
--- update, then rl.objective.gae. Leaves the old values and returns for the value loss.
-M.register("gae", function(ctx, batch)
-  local c, n = ctx.cfg, batch:size()
+-- Token rewards: each turn's reward on its last sampled token; the rest of the episode's score
+-- (reward terms, KL penalty) on its last sampled token. A flat tensor like batch.mask.
+local function token_rewards(batch)
+  local n = batch:size()
   local total = batch.offsets[n + 1]
   local rewards = core.tensor.zeros(math.max(total, 1)):narrow(1, 1, total)
   local mask, turns = batch.mask, batch.turns
@@ -189,6 +224,65 @@ M.register("gae", function(ctx, batch)
       rewards:set(last, rewards:get(last) + rest)
     end
   end
+  return rewards
+end
+M.token_rewards = token_rewards
+
+-- Each sampled token's sum over the vocabulary of the squared probabilities of the distribution
+-- it was drawn from (untempered, the model as it is), one episode at a time through m:logits.
+function M.sum_pi_squared(model, batch)
+  local n = batch:size()
+  local total = batch.offsets[n + 1]
+  local out = core.tensor.zeros(math.max(total, 1)):narrow(1, 1, total)
+  for i = 1, n do
+    local first, last = batch:range(i)
+    local ids = {}
+    for p = first, last do ids[#ids + 1] = math.tointeger(batch.tokens:get(p)) end
+    local probs = model:logits({ ids }):softmax()
+    local sq = (probs * probs):sum(3) -- (1, length): position j predicts token j + 1
+    for p = first + 1, last do
+      if batch.mask:get(p) ~= 0 then out:set(p, sq:get(1, p - first)) end
+    end
+  end
+  return out
+end
+
+-- The optimal token baseline (verl "optimal_token_baseline"; "tir_optimal_token_baseline" packs
+-- each episode's sampled tokens first): per-step baselines within the task's group, weighted by
+-- the policy's accumulated score-function variance, from the policy's log-probs before the update
+-- and its sum of squared probabilities; with decoupled rollout correction, its IS weights too.
+local function otb(multi_turn)
+  return function(ctx, batch)
+    local c, n = ctx.cfg, batch:size()
+    local eps, groups = {}, {}
+    for i, ep in ipairs(batch.episodes) do eps[i], groups[i] = i, ep.group end
+    local o = c.otb or {}
+    local adv = core.objective.otb { rewards = token_rewards(batch), mask = batch.mask,
+      old_logp = score.policy(ctx, batch), sum_pi_sq = M.sum_pi_squared(ctx.model, batch),
+      is_weights = batch.is_weights, offsets = batch.offsets, episodes = eps, groups = groups,
+      multi_turn = multi_turn, handle_zero_tail = o.handle_zero_tail, epsilon = o.epsilon }
+    local per_episode = {}
+    for i = 1, n do
+      local sum, cnt = 0, 0
+      for p = batch.offsets[i] + 1, batch.offsets[i + 1] do
+        if batch.mask:get(p) ~= 0 then sum, cnt = sum + adv:get(p), cnt + 1 end
+      end
+      per_episode[i] = cnt > 0 and sum / cnt or 0
+    end
+    return adv, per_episode
+  end
+end
+M.register("optimal_token_baseline", otb(false))
+M.register("tir_optimal_token_baseline", otb(true))
+
+-- ---------------------------------------------------------------- GAE (PPO with a critic)
+
+-- Token rewards (token_rewards above), the critic's values before the update, then
+-- rl.objective.gae. Leaves the old values and returns for the value loss.
+M.register("gae", function(ctx, batch)
+  local c, n = ctx.cfg, batch:size()
+  local mask = batch.mask
+  local rewards = token_rewards(batch)
   local values = critic.values(ctx, batch)
   local all = {}
   for i = 1, n do all[i] = i end

@@ -12,17 +12,26 @@
 --     tasks_per_step = 8, group_size = 8,     -- G episodes of each task form a group
 --     max_turns = env.max_turns, max_turn_tokens = 8, temperature = 1,
 --     advantage = "grpo",                     -- grpo, drgrpo, rloo, opo, gpg, grpo_passk,
---                                             -- reinforce_plus_plus(_baseline), gigpo, beacon,
+--                                             -- reinforce_plus_plus(_baseline), gdpo (each
+--                                             -- reward term normalised on its own: gdpo =
+--                                             -- {terms =, weights =}), optimal_token_baseline,
+--                                             -- tir_optimal_token_baseline, gigpo, beacon,
 --                                             -- gae (PPO with a critic: a value head on the
 --                                             -- policy's last hidden state; gamma, lam = 1,
 --                                             -- value_coef = 0.5, value_clip = 0.5, value_lr),
 --                                             -- any name registered with
 --                                             -- rl.train.advantage.register, or a function
---     loss = "ppo",                           -- ppo, gspo, cispo, sapo, gpg, gmpo
+--     loss = "ppo",                           -- ppo, gspo, cispo, sapo, gpg, gmpo, dppo_tv,
+--                                             -- dppo_kl, clip_cov, kl_cov, dro (dro_beta =),
+--                                             -- reinforce
 --     clip_low = 0.2, clip_high = 0.28, clip_c = 3, agg = "token-mean",
 --     epochs = 1, minibatch = 32,             -- episodes per optimizer step
 --     lr = 2e-4, schedule = "constant", warmup = 0, weight_decay = 0, clip_grad = 1,
 --     kl_coef = 0, kl = "k3", kl_reward_coef = 0,   -- KL as a loss term, or in the reward
+--     rollout_correction = nil,               -- verl's: {rollout_is = "token" | "sequence",
+--                                             -- rollout_is_threshold = 2 or "L_U", rollout_rs =
+--                                             -- "token_k1,...", rollout_rs_threshold =,
+--                                             -- bypass_mode = false, loss_type = "ppo_clip"}
 --     entropy_coef = 0,
 --     milestone = nil,                        -- advantage = "beacon": {gamma = 0.95, scale = 10,
 --                                             -- weight = 1, mode = "mean_norm"}; turns whose
@@ -66,11 +75,12 @@ local eval = require "moonrl.train.eval"
 local log = require "moonrl.train.log"
 local checkpoint = require "moonrl.train.checkpoint"
 local warmstart = require "moonrl.train.warmstart"
+local correction = require "moonrl.train.correction"
 
 local M = {
   options = options, seed = seedlib, tasks = tasks, rollout = rollout, reward = reward,
   advantage = advantage, critic = critic, update = update, eval = eval, log = log,
-  checkpoint = checkpoint, warmstart = warmstart,
+  checkpoint = checkpoint, warmstart = warmstart, correction = correction,
   mix = seedlib.mix, oracle_examples = warmstart.oracle_examples, evaluate = eval.run,
 }
 
@@ -171,6 +181,10 @@ local function step_once(ctx, step)
     mt.sampled_tokens, mt.zero_variance_groups = st.sampled_tokens, st.zero_variance_groups
     for k, v in pairs(st.ends) do mt["end/" .. k] = v end
     mt.errors = st.errors
+    local rc = c.rollout_correction
+    if rc and not rc.bypass_mode then -- before the advantage, which sees the rejection
+      for k, v in pairs(correction.decoupled(ctx, batch)) do mt[k] = v end
+    end
     local t1 = core.clock()
     local adv, per_ep, fatal = advantage.compute(ctx, batch)
     if fatal then mt["fatal/episodes"] = fatal / batch:size() end

@@ -48,13 +48,15 @@ local function number(lo, hi, open_hi)
   end
 end
 
+-- One of list's strings; a string that is not gets the nearest one named (M.nearest, below).
 local function enum(list)
   local quoted = {}
   for i, s in ipairs(list) do quoted[i] = string.format("%q", s) end
   local what = "one of " .. table.concat(quoted, ", ")
   return function(v)
     for _, s in ipairs(list) do if v == s then return nil end end
-    return what
+    local near = type(v) == "string" and M.nearest(v, list)
+    return near and string.format("%s (did you mean %q?)", what, near) or what
   end
 end
 
@@ -63,6 +65,18 @@ local function kind(t, what)
 end
 local boolean, func, str = kind("boolean", "true or false"), kind("function", "a function"),
   kind("string", "a string")
+
+-- A non-empty list whose entries each pass check (an entry check as above).
+local function list_of(check, what)
+  return function(v)
+    if type(v) ~= "table" or #v == 0 then return what end
+    for k in pairs(v) do
+      if math.type(k) ~= "integer" or k < 1 or k > #v then return what end
+    end
+    for _, x in ipairs(v) do if check(x) then return what end end
+    return nil
+  end
+end
 
 local function instance_of(name, what)
   return function(v)
@@ -165,6 +179,33 @@ local SUB = {
     { "factor", nil, number() }, { "floor", nil, boolean },
   },
   checkpoint = fields { { "save", nil, func, required = true }, { "load", nil, func, required = true } },
+  -- verl's RolloutCorrectionConfig, its field names kept
+  rollout_correction = fields {
+    { "rollout_is", nil, enum { "token", "sequence" } },
+    { "rollout_is_threshold", 2.0, function(v)
+      if (type(v) == "number" and v > 0) or type(v) == "string" then return nil end
+      return "a positive number or a string \"U\" / \"L_U\""
+    end },
+    { "rollout_is_batch_normalize", false, boolean },
+    { "rollout_rs", nil, function(v)
+      if type(v) == "string" or list_of(str, "")(v) == nil then return nil end
+      return "a string of criteria (\"token_k1,seq_mean_k3\") or a list of them"
+    end },
+    { "rollout_rs_threshold", nil, function(v)
+      if type(v) == "number" or type(v) == "string" then return nil end
+      if list_of(function(x)
+        return not (type(x) == "number" or type(x) == "string") and "x" or nil
+      end, "")(v) == nil then return nil end
+      return "a number, a string or a list of them"
+    end },
+    { "bypass_mode", false, boolean },
+    { "loss_type", "ppo_clip", enum { "ppo_clip", "reinforce" } },
+  },
+  gdpo = fields {
+    { "terms", nil, list_of(str, "a list of reward-term names") },
+    { "weights", nil, list_of(number(), "a list of numbers") },
+  },
+  otb = fields { { "handle_zero_tail", true, boolean }, { "epsilon", 1e-8, number(0) } },
 }
 
 -- Checks table option `name` (a table) against its fields; returns the table with defaults filled
@@ -302,10 +343,9 @@ local function opt(key, default, check, required)
   ORDER[#ORDER + 1] = key
 end
 
-local PG_LOSSES = { "ppo", "gspo", "cispo", "sapo", "gpg", "gmpo" }
-local AGGS = { "token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm",
-  "oat-drgrpo" }
-local KLS = { "k1", "abs", "k2", "k3", "k1+", "k3+" }
+-- The losses, aggregation modes and KL estimators are rl.objective's (one list, in C).
+local NAMES = require("moonrl.core").objective.names()
+local PG_LOSSES, AGGS, KLS = NAMES.loss, NAMES.agg, NAMES.kl
 
 -- what to train, where
 opt("model", nil, instance_of("moonrl.model", "an rl.model"), true)
@@ -345,6 +385,8 @@ opt("gigpo_mode", nil, enum { "mean", "mean_std" })
 opt("adv_epsilon", nil, number(0))
 opt("milestone", nil, table_of("milestone", "a table {gamma =, scale =, weight =, mode =}"))
 opt("fatal", nil, either(boolean, table_of("fatal", "a table {threshold =}")))
+opt("gdpo", nil, table_of("gdpo", "a table {terms =, weights =}"))
+opt("otb", nil, table_of("otb", "a table {handle_zero_tail =, epsilon =}"))
 -- the loss and the update
 opt("loss", "ppo", enum(PG_LOSSES))
 opt("agg", "token-mean", enum(AGGS))
@@ -354,6 +396,14 @@ opt("clip_high", nil, number(0))
 opt("clip_c", nil, number(0))
 opt("tau_pos", nil, number(0))
 opt("tau_neg", nil, number(0))
+opt("clip_cov_ratio", nil, number(0))
+opt("clip_cov_lb", nil, number())
+opt("clip_cov_ub", nil, number())
+opt("kl_cov_ratio", nil, number(0))
+opt("ppo_kl_coef", nil, number())
+opt("dro_beta", nil, number(0))
+opt("rollout_correction", nil, table_of("rollout_correction", "a table {rollout_is =, "
+  .. "rollout_is_threshold =, rollout_rs =, rollout_rs_threshold =, bypass_mode =, loss_type =}"))
 opt("kl_coef", 0, number(0))
 opt("kl", "k3", enum(KLS))
 opt("reference", false, boolean)
@@ -471,6 +521,71 @@ local function relations(c)
   end
   if c.sft and type(c.env.oracle) ~= "function" then
     return "sft: the environment " .. c.env.name .. " has no oracle(task, rng) to learn from"
+  end
+  if c.loss == "dro" and not (c.dro_beta and c.dro_beta > 0) then
+    return "dro_beta: loss = \"dro\" needs a positive dro_beta (verl has no default)"
+  end
+  if c.advantage == "gdpo" and c.kl_reward_coef ~= 0 then
+    return "advantage gdpo normalises the reward terms; the KL penalty of kl_reward_coef is not "
+      .. "one of them (verl leaves it out too): use kl_coef"
+  end
+  if c.gdpo and c.advantage ~= "gdpo" then return "gdpo: only with advantage = \"gdpo\"" end
+  if c.otb and c.advantage ~= "optimal_token_baseline"
+      and c.advantage ~= "tir_optimal_token_baseline" then
+    return "otb: only with advantage = \"optimal_token_baseline\" or \"tir_optimal_token_baseline\""
+  end
+  if c.advantage == "gdpo" then
+    local known = advantage.gdpo_terms(c)
+    local g = c.gdpo or {}
+    for _, name in ipairs(g.terms or {}) do
+      local found = false
+      for _, k in ipairs(known) do found = found or k == name end
+      if not found then
+        local near = M.nearest(name, known)
+        return string.format("gdpo.terms: '%s' is not a reward term%s (the terms: %s)", name,
+          near and string.format(" (did you mean '%s'?)", near) or "", table.concat(known, ", "))
+      end
+    end
+    local n = #(g.terms or known)
+    if g.weights and #g.weights ~= n then
+      return string.format("gdpo.weights: %d weights expected (one per term), got %d", n,
+        #g.weights)
+    end
+  end
+  local rc = c.rollout_correction
+  if rc then
+    if rc.bypass_mode and c.loss ~= "ppo" then
+      return string.format("rollout_correction.bypass_mode: the loss is rollout_correction."
+        .. "loss_type's (\"ppo_clip\" or \"reinforce\"), not loss = %q", c.loss)
+    end
+    if rc.rollout_rs_threshold and not rc.rollout_rs then
+      return "rollout_correction.rollout_rs_threshold: only with rollout_rs"
+    end
+    local criteria = {}
+    if type(rc.rollout_rs) == "string" then
+      for name in rc.rollout_rs:gmatch("[^,%s]+") do criteria[#criteria + 1] = name end
+    elseif rc.rollout_rs then
+      criteria = rc.rollout_rs
+    end
+    for _, name in ipairs(criteria) do
+      if enum(NAMES.rs)(name) then
+        local near = M.nearest(name, NAMES.rs)
+        return string.format("rollout_correction.rollout_rs: unknown criterion '%s'%s (known: %s)",
+          name, near and string.format(" (did you mean '%s'?)", near) or "",
+          table.concat(NAMES.rs, ", "))
+      end
+    end
+    -- the thresholds and criteria as rl.objective reads them, on one token
+    local core = require "moonrl.core"
+    local one = core.tensor.zeros(1)
+    local ok, err = pcall(core.objective.rollout_correction, { logp = one, rollout_logp = one,
+      mask = core.tensor.ones(1), offsets = { 0, 1 }, episodes = { 1 }, is = rc.rollout_is,
+      is_threshold = rc.rollout_is_threshold, is_batch_normalize = rc.rollout_is_batch_normalize,
+      rs = rc.rollout_rs, rs_threshold = rc.rollout_rs_threshold })
+    if not ok then
+      local why = tostring(err):match("%((.*)%)$") or tostring(err)
+      return "rollout_correction: " .. why
+    end
   end
   return nil
 end

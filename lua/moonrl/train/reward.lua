@@ -4,7 +4,9 @@
 --
 -- The `reward` option replaces the stage: a function(ctx, batch, step) -> terms that sets every
 -- episode's ep.reward (the total the advantage sees) and returns {name = mean over the batch}
--- (logged as reward/<name>). The default keeps the environment's return in ep.env_reward.
+-- (logged as reward/<name>). The default keeps the environment's return in ep.env_reward and
+-- each episode's terms in ep.reward_terms (a replacement used with advantage = "gdpo" sets those
+-- too).
 local core = require "moonrl.core"
 local score = require "moonrl.train.score"
 
@@ -26,13 +28,15 @@ function M.terms(rewards)
 end
 
 -- The default stage: ep.reward = the environment's return + each term in M.terms order + the
--- overlong penalty.
+-- overlong penalty. Each episode keeps its terms apart in ep.reward_terms = {env =, <name> =, ...,
+-- overlong =} (what GDPO normalises term by term).
 function M.run(ctx, batch)
   local c, terms = ctx.cfg, { env = 0 }
   local n = batch:size()
   local lengths = {}
   for i, ep in ipairs(batch.episodes) do
     ep.env_reward = ep.reward
+    ep.reward_terms = { env = ep.reward }
     terms.env = terms.env + ep.reward / n
     lengths[i] = ep.length
   end
@@ -46,6 +50,7 @@ function M.run(ctx, batch)
           ok and "returned " .. tostring(r) or tostring(r)), 0)
       end
       ep.reward = ep.reward + r
+      ep.reward_terms[name] = r
       terms[name] = terms[name] + r / n
     end
   end
@@ -57,6 +62,7 @@ function M.run(ctx, batch)
     terms.overlong = 0
     for i, ep in ipairs(batch.episodes) do
       ep.reward = ep.reward + pen[i]
+      ep.reward_terms.overlong = pen[i]
       terms.overlong = terms.overlong + pen[i] / n
     end
   end

@@ -1,6 +1,7 @@
 -- moonrl.train.update: the loss and update stage: K epochs of shuffled minibatch steps with a
 -- PPO-family loss (+ KL to the frozen reference, + entropy bonus, + the critic's value loss),
--- AdamW on the policy and on the value head.
+-- AdamW on the policy and on the value head; the rollout correction's IS weights (decoupled
+-- mode, batch.is_weights) or its per-minibatch weights and rejection (bypass mode).
 --
 -- The `update` option replaces the stage: a function(ctx, batch, adv, step) -> stats, given the
 -- per-token advantages (a flat tensor like batch.mask); the numbers in stats are logged as
@@ -11,6 +12,7 @@ local sftlib = require "moonrl.sft"
 local critic = require "moonrl.train.critic"
 local score = require "moonrl.train.score"
 local seedlib = require "moonrl.train.seed"
+local correction = require "moonrl.train.correction"
 
 local mix = seedlib.mix
 local M = {}
@@ -19,7 +21,10 @@ local M = {}
 function M.run(ctx, batch, adv, step)
   local c, m = ctx.cfg, ctx.model
   local n = batch:size()
-  local old = score.policy(ctx, batch) -- the ratio is taken against the untempered policy
+  local rc = c.rollout_correction
+  local bypass = rc and rc.bypass_mode
+  -- the ratio is taken against the untempered policy, or in bypass mode against the rollout's
+  local old = bypass and batch.logprobs or score.policy(ctx, batch)
   local ref = ctx.ref and score.score(ctx.ref, batch, c.minibatch) or nil
   local lr = core.lr_at(c.schedule, step - 1, c.steps, c.warmup, c.lr, c.min_lr)
   local acc = { loss = 0, pg_loss = 0, clipfrac = 0, clipfrac_lower = 0, ppo_kl = 0, kl = 0,
@@ -33,6 +38,7 @@ function M.run(ctx, batch, adv, step)
     acc.value_loss, acc.value_clipfrac = 0, 0
   end
   local updates = 0
+  local rollout_acc = {} -- bypass mode: the rollout correction's stats, summed
   for epoch = 1, c.epochs do
     local order = sftlib.shuffled(n, mix(c.seed, step, epoch))
     for a = 1, n, c.minibatch do
@@ -40,11 +46,20 @@ function M.run(ctx, batch, adv, step)
       for j = a, math.min(n, a + c.minibatch - 1) do eps[#eps + 1] = order[j] end
       local logp, ent, values = m:forward_batch { tokens = batch.tokens, mask = batch.mask,
         offsets = batch.offsets, episodes = eps, value = head }
+      local kind, is_weights, mask = c.loss, batch.is_weights, batch.mask
+      if bypass then
+        local st
+        kind, is_weights, mask, st = correction.bypass(ctx, batch, logp, eps)
+        for k, v in pairs(st) do rollout_acc[k] = (rollout_acc[k] or 0) + v end
+      end
       local stats, dlogp, dent = core.objective.loss {
-        logp = logp, old_logp = old, adv = adv, mask = batch.mask, offsets = batch.offsets,
-        episodes = eps, kind = c.loss, agg = c.agg, agg_norm = c.agg_norm,
+        logp = logp, old_logp = old, adv = adv, mask = mask, offsets = batch.offsets,
+        episodes = eps, kind = kind, agg = c.agg, agg_norm = c.agg_norm,
         clip_low = c.clip_low, clip_high = c.clip_high, clip_c = c.clip_c, tau_pos = c.tau_pos,
-        tau_neg = c.tau_neg, ref_logp = ref, kl = c.kl, kl_coef = c.kl_coef, entropy = ent,
+        tau_neg = c.tau_neg, clip_cov_ratio = c.clip_cov_ratio, clip_cov_lb = c.clip_cov_lb,
+        clip_cov_ub = c.clip_cov_ub, kl_cov_ratio = c.kl_cov_ratio, ppo_kl_coef = c.ppo_kl_coef,
+        dro_beta = c.dro_beta, seed = kind == "clip_cov" and mix(c.seed, step, epoch, a) or nil,
+        is_weights = is_weights, ref_logp = ref, kl = c.kl, kl_coef = c.kl_coef, entropy = ent,
         entropy_coef = c.entropy_coef }
       local vstats, dvalues
       if head then
@@ -68,6 +83,7 @@ function M.run(ctx, batch, adv, step)
     end
   end
   for k, v in pairs(acc) do acc[k] = v / math.max(updates, 1) end
+  for k, v in pairs(rollout_acc) do acc["rollout_" .. k] = v / math.max(updates, 1) end
   acc.lr, acc.updates = lr, updates
   return acc
 end
