@@ -302,6 +302,8 @@ int mrl__lua_open_core(lua_State *L) {
   lua_setfield(L, -2, "objective");
   mrl__lua_open_advantage(L);
   lua_setfield(L, -2, "advantage");
+  mrl__lua_open_replay(L);
+  lua_setfield(L, -2, "replay");
   mrl__lua_open_sandbox(L);
   lua_setfield(L, -2, "sandbox");
   open_rng(L);
