@@ -22,6 +22,7 @@ local rl = {
   batch = require("moonrl.batch"), -- trajectory batches: stats, select, concat, to_jsonl, load
   train = require("moonrl.train"), -- the RL trainer: rl.train{model=, env=, tokenizer=, ...};
                             -- its stages: rl.train.advantage.register(name, fn), rl.train.rollout, ...
+  replay = require("moonrl.replay"), -- replay buffers: rl.replay.new{capacity =, priority =, ...}
   plot = require("moonrl.plot"), -- learning curves as SVG
   sft = require("moonrl.sft").sft, -- supervised fine-tuning with loss masks
   sft_example = require("moonrl.sft").example, -- {tokens=, mask=} from a chat conversation
