@@ -215,8 +215,9 @@ function Repo:fork()
   return child
 end
 
--- repo:merge(fork) -> the names merged (sorted), or nil and a message: the fork's edits (puts
--- and removes since it was made or loaded) applied to this repo, the fork's version winning.
+-- repo:merge(fork) -> the names it changed here (sorted), or nil and a message: the fork's edits
+-- (puts and removes since it was made or loaded) applied to this repo, the fork's version
+-- winning.
 function Repo:merge(fork)
   if getmetatable(fork) ~= Repo or fork.parent ~= self then
     error("skills: merge: fork: a fork of this repo (repo:fork()) expected", 2)
@@ -224,19 +225,19 @@ function Repo:merge(fork)
   local names = {}
   for name in pairs(fork.changed) do names[#names + 1] = name end
   table.sort(names)
+  local merged = {}
   for _, name in ipairs(names) do
-    local d = lookup(fork, name)
-    local ok, err = true, nil
-    if d then
-      if not (lookup(self, name) and lookup(self, name).text == d.text) then
-        ok, err = self:put(name, d.text)
-      end
-    elseif lookup(self, name) then
+    local d, mine = lookup(fork, name), lookup(self, name)
+    local ok, err = nil, nil
+    if d and not (mine and mine.text == d.text) then
+      ok, err = self:put(name, d.text)
+    elseif not d and mine then
       ok, err = self:remove(name)
     end
-    if not ok then return nil, string.format("merge: %s: %s", name, err) end
+    if ok then merged[#merged + 1] = name end
+    if err then return nil, string.format("merge: %s: %s", name, err) end
   end
-  return names
+  return merged
 end
 
 -- ---------------------------------------------------------------- search

@@ -61,6 +61,14 @@ describe("rl.skills.repo", function()
     assert.are.equal(LIBRARY["linear-scan"], g2:get("linear-scan"))
     assert.are.equal(LIBRARY["linear-scan"], repo:get("linear-scan"))
     for _, hit in ipairs(g2:search("middle twice trick", 10)) do assert.are_not.equal("new-trick", hit.name) end
+    -- through the agent tools too: what group 1 writes, group 2 cannot read
+    local t1, t2 = skills.tools(g1), skills.tools(g2)
+    assert.are.equal("saved skill by-tool", (t1[3].run { name = "by-tool", markdown = "# Tool" }))
+    assert.are.equal("# Tool", (t1[2].run { name = "by-tool" }))
+    assert.are.equal("[error: no skill named 'by-tool']", (t2[2].run { name = "by-tool" }))
+    assert.is_nil((t2[1].run { query = "tool" }):find("by-tool", 1, true))
+    assert.is_truthy((t1[1].run { query = "tool" }):find("by-tool", 1, true))
+    assert(g1:remove("by-tool"))
     -- the fork sees its own edits
     assert.are.equal("# Trick\nAsk for the middle twice.", g1:get("new-trick"))
     assert.is_nil(g1:get("linear-scan"))

@@ -268,12 +268,8 @@ local function train(opts)
     ctx.state = state
     state.options = options.record(c) -- what the next checkpoint was run with
     tasks.load(ctx, state.tasks)
-    if c.replay then
-      if state.replay == nil then
-        error("train: resume: state.json holds no replay buffer (the run did not use replay)", 0)
-      end
-      c.replay.buffer:load(state.replay)
-    end
+    -- (a run resumed with resume = "force" and replay newly on starts with the buffer it has)
+    if c.replay and state.replay ~= nil then c.replay.buffer:load(state.replay) end
   else
     start_fresh(ctx)
   end
