@@ -1,6 +1,6 @@
 -- bench_replay.lua - what rl.replay costs, and what its C arithmetic saves: the sampling weights
--- and draws (rl.core.replay.weights + draw) beside the same rule written in plain Lua, the
--- importance ratios (rl.core.replay.ratios) beside a Lua loop over the tensors, and the
+-- and draws (moonrl.core.replay.weights + draw) beside the same rule written in plain Lua, the
+-- importance ratios (moonrl.core.replay.ratios) beside a Lua loop over the tensors, and the
 -- buffer's add, sample and state at sizes a trainer sees.
 -- usage: moonrl run scripts/bench_replay.lua [entries = 4096] [draws = 64]
 local rl = require "moonrl"

@@ -18,7 +18,7 @@
 -- (the decay after alpha, so a weight halves every age_decay * ln 2 steps); a draw takes, with
 -- probability `staleness`, the entry used least recently instead (ties: the oldest), and
 -- otherwise an entry in proportion to w; one call draws distinct entries. The arithmetic is in C
--- (rl.core.replay, engine/src/objective/replay.c). Everything is deterministic from `seed`:
+-- (moonrl.core.replay, engine/src/objective/replay.c). Everything is deterministic from `seed`:
 -- the k-th call to sample draws from rl.rng(mix(seed, k)).
 local core = require "moonrl.core"
 local batchlib = require "moonrl.batch"
@@ -240,7 +240,7 @@ local function entry_priority(entry)
   return sum / #entry.records
 end
 
--- Every entry's sampling weight at step (C: rl.core.replay.weights).
+-- Every entry's sampling weight at step (C: moonrl.core.replay.weights).
 function Buffer:_weights(step)
   local pr, age = {}, {}
   for i, e in ipairs(self.entries) do pr[i], age[i] = entry_priority(e), step - e.step end

@@ -1,4 +1,4 @@
-/* lua_replay.c - rl.core.replay: the Lua binding of the replay buffer's arithmetic (replay.c):
+/* lua_replay.c - moonrl.core.replay: the Lua binding of the replay buffer's arithmetic (replay.c):
  * sampling weights, draws without replacement, and importance ratios over a batch's flat tensors.
  * lua/moonrl/replay.lua (rl.replay) is the buffer built on them. */
 #include "lua_objective.h"
