@@ -1070,6 +1070,35 @@ MRL_API mrl_status mrl_per_sampling(mrl_engine *e, const double *priority, int64
 MRL_API mrl_status mrl_per_beta(mrl_engine *e, int64_t step, int64_t total, double start,
                                 double end, double *out);
 
+/* -- Replay buffer arithmetic (rl.replay) -- */
+/* Sampling weight of each entry: w[i] = max(priority[i], floor)^alpha * exp(-max(age[i], 0) /
+ * decay), so that a weight halves every decay * ln 2 steps whatever alpha is (decay = INFINITY:
+ * no decay). priority >= 0 and age finite; alpha >= 0, decay > 0, floor > 0. */
+MRL_API mrl_status mrl_replay_weights(mrl_engine *e, const double *priority, const double *age,
+                                      int64_t n, double alpha, double decay, double floor,
+                                      double *w);
+/* k distinct entries of n (k <= n) drawn one after the other without replacement. Draw j reads
+ * the uniforms u[2j] and u[2j + 1] (each in [0, 1)): when u[2j] < staleness, or when no entry
+ * left has a positive weight, it takes the least recently used entry left (smallest last[i],
+ * then smallest i: PLR's staleness revisit) and sets stale[j] = 1; otherwise the entry whose
+ * cumulative weight among those left (in index order) first exceeds u[2j + 1] times their total.
+ * out[j] gets the entry's index (0-based). prob[j] (optional) gets its first-draw probability
+ * (1 - staleness) w / sum w + staleness [it is the least recently used entry], is_weight[j]
+ * (optional) the importance weight (n prob[j])^-beta divided by the largest of the k;
+ * stale (optional) as said. w >= 0 and finite; staleness in [0, 1], beta >= 0. */
+MRL_API mrl_status mrl_replay_draw(mrl_engine *e, const double *w, const int64_t *last, int64_t n,
+                                   double staleness, double beta, const double *u, int64_t k,
+                                   int64_t *out, double *prob, double *is_weight, uint8_t *stale);
+/* Importance ratios of episodes laid out flat (episode i holds positions offsets[i] ..
+ * offsets[i + 1] - 1, offsets[0] = 0, non-decreasing, offsets[episodes] = the token count):
+ * ratio[i] = exp(mean over episode i's mask-1 tokens of logp - behaviour) (1 when it has none),
+ * the per-token geometric mean of pi / pi_behaviour. token_weight (optional, offsets[episodes]
+ * floats) gets min(exp(logp - behaviour), cap) on mask-1 tokens and 1 elsewhere (cap > 0, may be
+ * INFINITY). */
+MRL_API mrl_status mrl_replay_ratios(mrl_engine *e, const float *logp, const float *behaviour,
+                                     const float *mask, const int64_t *offsets, int64_t episodes,
+                                     double cap, double *ratio, float *token_weight);
+
 /* -- PACEvolve++ (6.11) -- */
 /* Best-of-k frontier weights over all size-k subsets S (2 <= k <= n), in closed form:
  * SLOO (pkpo 0): mean over S containing i of max(S) - max(S without i); PKPO: of max(S). */

@@ -11,7 +11,7 @@ local rl = {
   advantage = core.advantage, -- the spec's advantages, KL and losses: advantage.<method>(inputs, params)
   rollout = core.rollout,   -- multi-turn episodes decoded together: new{model=, episodes=, capacity=}
   objective = core.objective, -- advantages and losses over a trajectory batch (the trainer's)
-  fs = core.fs,             -- mkdir, atomic write, isatty
+  fs = core.fs,             -- mkdir, atomic write, list (a folder's names, sorted), isatty
   json = core.json,         -- JSON: decode, encode (sorted keys, always UTF-8: bytes that are
                             -- not are written as U+10FE00 + byte), null, array(t)
   sandbox = core.sandbox,   -- tool sandbox: pool{...}:run{argv=...}, lua{code=...}
@@ -22,6 +22,8 @@ local rl = {
   batch = require("moonrl.batch"), -- trajectory batches: stats, select, concat, to_jsonl, load
   train = require("moonrl.train"), -- the RL trainer: rl.train{model=, env=, tokenizer=, ...};
                             -- its stages: rl.train.advantage.register(name, fn), rl.train.rollout, ...
+  replay = require("moonrl.replay"), -- replay buffers: rl.replay.new{capacity =, priority =, ...}
+  skills = require("moonrl.skills"), -- Markdown skill repos: repo{dir =}, tools(repo), paired{...}
   plot = require("moonrl.plot"), -- learning curves as SVG
   sft = require("moonrl.sft").sft, -- supervised fine-tuning with loss masks
   sft_example = require("moonrl.sft").example, -- {tokens=, mask=} from a chat conversation

@@ -58,6 +58,7 @@ void mrl__lua_open_objective(lua_State *L);
 void mrl__lua_push_rng(lua_State *L, uint64_t seed);
 void mrl__lua_open_tokenizer(lua_State *L); /* lua_tokenizer.c: sets field `tokenizer` */
 void mrl__lua_open_advantage(lua_State *L); /* lua_advantage.c: pushes the `advantage` table */
+void mrl__lua_open_replay(lua_State *L);    /* lua_replay.c: pushes the `replay` table */
 void mrl__lua_open_json(lua_State *L);      /* lua_json.c: sets field `json` (rl.json) */
 /* Tool sandbox (lua_sandbox.c): pushes the `sandbox` table; the open pool at idx (NULL if it is
  * not one) and the state's default pool (made on first use; raises when it cannot be). */

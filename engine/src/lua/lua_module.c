@@ -3,6 +3,9 @@
 #include "lua_internal.h"
 #include "safetensors.h"
 
+#include <dirent.h>
+#include <errno.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -241,9 +244,74 @@ static int fs_isatty(lua_State *L) {
   return 1;
 }
 
+static int compare_names(const void *a, const void *b) {
+  return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+#define DIR_MT "moonrl.fs.dir"
+
+/* The open directory of a listing, closed by __gc too when a memory error unwinds fs_list. */
+static int dir_gc(lua_State *L) {
+  DIR **box = luaL_checkudata(L, 1, DIR_MT);
+  if (*box) closedir(*box);
+  *box = NULL;
+  return 0;
+}
+
+/* rl.fs.list(path) -> the names in the directory (without . and ..), sorted bytewise; or nil,
+ * message when it cannot be read. */
+static int fs_list(lua_State *L) {
+  const char *path = luaL_checkstring(L, 1);
+  DIR **box = lua_newuserdatauv(L, sizeof *box, 0);
+  *box = NULL;
+  if (luaL_newmetatable(L, DIR_MT)) {
+    lua_pushcfunction(L, dir_gc);
+    lua_setfield(L, -2, "__gc");
+  }
+  lua_setmetatable(L, -2);
+  *box = opendir(path);
+  if (!*box) {
+    luaL_pushfail(L);
+    lua_pushfstring(L, "%s: %s", path, strerror(errno));
+    return 2;
+  }
+  lua_newtable(L); /* the names as read, which keep the strings alive */
+  int names = lua_gettop(L);
+  lua_Integer n = 0;
+  struct dirent *ent;
+  errno = 0;
+  while ((ent = readdir(*box)) != NULL) {
+    if (strcmp(ent->d_name, ".") == 0 || strcmp(ent->d_name, "..") == 0) continue;
+    lua_pushstring(L, ent->d_name);
+    lua_rawseti(L, names, ++n);
+    errno = 0;
+  }
+  int read_errno = errno;
+  closedir(*box);
+  *box = NULL;
+  if (read_errno) {
+    luaL_pushfail(L);
+    lua_pushfstring(L, "%s: %s", path, strerror(read_errno));
+    return 2;
+  }
+  const char **sorted = lua_newuserdatauv(L, sizeof *sorted * (size_t)(n > 0 ? n : 1), 0);
+  for (lua_Integer i = 0; i < n; i++) {
+    lua_rawgeti(L, names, i + 1);
+    sorted[i] = lua_tostring(L, -1);
+    lua_pop(L, 1);
+  }
+  qsort(sorted, (size_t)n, sizeof *sorted, compare_names);
+  lua_createtable(L, (int)n, 0);
+  for (lua_Integer i = 0; i < n; i++) {
+    lua_pushstring(L, sorted[i]);
+    lua_rawseti(L, -2, i + 1);
+  }
+  return 1;
+}
+
 static void open_fs(lua_State *L) {
-  static const luaL_Reg funcs[] = {
-      {"mkdir", fs_mkdir}, {"write", fs_write}, {"isatty", fs_isatty}, {NULL, NULL}};
+  static const luaL_Reg funcs[] = {{"mkdir", fs_mkdir},   {"write", fs_write}, {"list", fs_list},
+                                   {"isatty", fs_isatty}, {NULL, NULL}};
   luaL_newlib(L, funcs);
   lua_setfield(L, -2, "fs");
 }
@@ -302,6 +370,8 @@ int mrl__lua_open_core(lua_State *L) {
   lua_setfield(L, -2, "objective");
   mrl__lua_open_advantage(L);
   lua_setfield(L, -2, "advantage");
+  mrl__lua_open_replay(L);
+  lua_setfield(L, -2, "replay");
   mrl__lua_open_sandbox(L);
   lua_setfield(L, -2, "sandbox");
   open_rng(L);

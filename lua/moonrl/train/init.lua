@@ -43,6 +43,10 @@
 --                                             -- the env's clone()); GiGPO then compares the K
 --                                             -- continuations of one state exactly
 --     overlong = nil,                         -- {max_len =, buffer =, factor = 1}: DAPO shaping
+--     replay = nil,                           -- an rl.replay buffer, or {buffer =, ratio = 0.5,
+--                                             -- advantages = "recompute" | "stored",
+--                                             -- correction = true}: replayed entries join each
+--                                             -- update (moonrl.train.replay)
 --     rewards = { name = function(episode) return x end },  -- extra reward terms, added in
 --                                             -- name order (or a list {{name =, fn =}, ...},
 --                                             -- in its order)
@@ -76,11 +80,12 @@ local log = require "moonrl.train.log"
 local checkpoint = require "moonrl.train.checkpoint"
 local warmstart = require "moonrl.train.warmstart"
 local correction = require "moonrl.train.correction"
+local replay = require "moonrl.train.replay"
 
 local M = {
   options = options, seed = seedlib, tasks = tasks, rollout = rollout, reward = reward,
   advantage = advantage, critic = critic, update = update, eval = eval, log = log,
-  checkpoint = checkpoint, warmstart = warmstart, correction = correction,
+  checkpoint = checkpoint, warmstart = warmstart, correction = correction, replay = replay,
   mix = seedlib.mix, oracle_examples = warmstart.oracle_examples, evaluate = eval.run,
 }
 
@@ -159,6 +164,7 @@ local function start_fresh(ctx)
   ctx.state.history[1] = first
   ctx.stages.log(ctx, 0, first, nil)
   ctx.state.tasks = tasks.state(ctx)
+  if c.replay then ctx.state.replay = c.replay.buffer:state() end
   ctx.stages.checkpoint.save(ctx, 0)
 end
 
@@ -186,17 +192,37 @@ local function step_once(ctx, step)
       for k, v in pairs(correction.decoupled(ctx, batch)) do mt[k] = v end
     end
     local t1 = core.clock()
-    local adv, per_ep, fatal = advantage.compute(ctx, batch)
-    if fatal then mt["fatal/episodes"] = fatal / batch:size() end
+    -- with replay: episodes from the buffer join the fresh ones (moonrl.train.replay)
+    local train_batch, replayed, before = batch, nil, nil
+    if c.replay then
+      replayed, before = replay.draw(ctx, batch, step)
+      mt["time/replay"] = core.clock() - t1
+    end
+    local adv, per_ep, fatal
+    if replayed and c.replay.advantages == "stored" then
+      local fresh_adv, fresh_per
+      fresh_adv, fresh_per, fatal = advantage.compute(ctx, batch)
+      train_batch = replay.mix(ctx, batch, replayed)
+      adv, per_ep = replay.stored_advantages(fresh_adv, fresh_per, replayed)
+    else
+      if replayed then train_batch = replay.mix(ctx, batch, replayed) end
+      adv, per_ep, fatal = advantage.compute(ctx, train_batch)
+    end
+    if fatal then mt["fatal/episodes"] = fatal / train_batch:size() end
     local amax = 0
     for _, v in ipairs(per_ep) do amax = math.max(amax, math.abs(v)) end
     mt["adv/abs_max"] = amax
     if amax > 0 then
-      for k, v in pairs(ctx.stages.update(ctx, batch, adv, step)) do
+      for k, v in pairs(ctx.stages.update(ctx, train_batch, adv, step)) do
         if type(v) == "number" then mt["loss/" .. k] = v end
       end
     else
       mt["loss/updates"] = 0 -- every group had one reward: nothing to learn from
+    end
+    if c.replay then
+      local t3 = core.clock()
+      for k, v in pairs(replay.store(ctx, batch, replayed, adv, step, before)) do mt[k] = v end
+      mt["time/replay"] = mt["time/replay"] + core.clock() - t3
     end
     mt["time/update"] = core.clock() - t1
     mt.tokens_per_s = st.tokens / math.max(core.clock() - t0, 1e-9)
@@ -242,6 +268,8 @@ local function train(opts)
     ctx.state = state
     state.options = options.record(c) -- what the next checkpoint was run with
     tasks.load(ctx, state.tasks)
+    -- (a run resumed with resume = "force" and replay newly on starts with the buffer it has)
+    if c.replay and state.replay ~= nil then c.replay.buffer:load(state.replay) end
   else
     start_fresh(ctx)
   end
@@ -259,6 +287,7 @@ local function train(opts)
     local every = c.checkpoint_every or (c.eval and c.eval.every) or 10
     if step % every == 0 or step == c.steps or step == c.stop_after then
       ctx.state.tasks = tasks.state(ctx)
+      if c.replay then ctx.state.replay = c.replay.buffer:state() end
       ctx.stages.checkpoint.save(ctx, step)
     end
     if step == c.stop_after then break end

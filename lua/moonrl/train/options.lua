@@ -206,7 +206,25 @@ local SUB = {
     { "weights", nil, list_of(number(), "a list of numbers") },
   },
   otb = fields { { "handle_zero_tail", true, boolean }, { "epsilon", 1e-8, number(0) } },
+  replay = fields {
+    { "buffer", nil, function(v)
+      if M.is_buffer(v) then return nil end
+      return "a replay buffer (rl.replay.new{...}: add, sample, update, state, load)"
+    end, required = true },
+    { "ratio", 0.5, number(0) },
+    { "advantages", "recompute", enum { "recompute", "stored" } },
+    { "correction", true, boolean },
+  },
 }
+
+-- Whether v is a replay buffer: an object with add, sample, update, state and load.
+function M.is_buffer(v)
+  if type(v) ~= "table" then return false end
+  for _, m in ipairs { "add", "sample", "update", "state", "load" } do
+    if type(v[m]) ~= "function" then return false end
+  end
+  return true
+end
 
 -- Checks table option `name` (a table) against its fields; returns the table with defaults filled
 -- in, or nil, message.
@@ -376,6 +394,9 @@ opt("tree", nil, table_of("tree", "a table {turn =, k =}"))
 opt("rewards", nil, rewards_check)
 opt("overlong", nil, table_of("overlong", "a table {max_len =, buffer =, factor =, floor =}"))
 opt("kl_reward_coef", 0, number(0))
+-- replay: a buffer, or {buffer =, ratio =, advantages =, correction =} (moonrl.train.replay)
+opt("replay", nil, either(function(v) if M.is_buffer(v) then return nil end return "a replay buffer" end,
+  table_of("replay", "a table {buffer =, ratio =, advantages =, correction =}")))
 -- advantages
 opt("advantage", "grpo", advantage_check)
 opt("gamma", 1.0, number(0, 1))
@@ -474,6 +495,20 @@ function M.record(c)
       out[k] = "<function>"
     elseif type(v) == "table" and (k == "tasks" or k == "checkpoint") then
       out[k] = "<object>"
+    elseif k == "replay" then
+      -- the buffer's own options (an rl.replay buffer's), not its contents
+      local t = { ratio = v.ratio, advantages = v.advantages, correction = v.correction,
+        buffer = "<object>" }
+      local bc = type(v.buffer.cfg) == "table" and v.buffer.cfg
+      if bc then
+        t.buffer = {}
+        for field, x in pairs(bc) do
+          t.buffer[field] = (type(x) == "function" and "<function>")
+            or ((type(x) == "table" or type(x) == "userdata") and field == "rescore" and "<object>")
+            or x
+        end
+      end
+      out[k] = t
     elseif type(v) == "table" then
       local t = {}
       for field, x in pairs(v) do t[field] = type(x) == "function" and "<function>" or x end
@@ -552,6 +587,10 @@ local function relations(c)
         #g.weights)
     end
   end
+  if c.replay and c.replay.advantages == "stored" and advantage.estimator(c).critic then
+    return "replay.advantages: \"stored\" does not go with an estimator that has a critic ("
+      .. tostring(c.advantage) .. "): the value loss needs the critic's values of every episode"
+  end
   local rc = c.rollout_correction
   if rc then
     if rc.bypass_mode and c.loss ~= "ppo" then
@@ -610,6 +649,7 @@ function M.check(o)
       local want = spec.check(v)
       if type(want) == "table" then return nil, want[1] end
       if want then return nil, string.format("%s: %s expected, got %s", k, want, describe(v)) end
+      if k == "replay" and M.is_buffer(v) then v = { buffer = v } end
       if SUB[k] and type(v) == "table" then v = sub_table(k, v) end
     end
     c[k] = v

@@ -33,6 +33,7 @@ end
 -- behaviour log-probs under plain sampling, else the untempered policy's, scored once per batch
 -- (batch.policy_logprobs).
 function M.policy(ctx, batch)
+  if batch.policy_logprobs then return batch.policy_logprobs end -- (a batch with replayed episodes)
   if M.plain_sampling(ctx.cfg) then return batch.logprobs end
   if not batch.policy_logprobs then
     batch.policy_logprobs = M.score(ctx.model, batch, ctx.cfg.minibatch)
