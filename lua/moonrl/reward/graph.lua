@@ -94,6 +94,7 @@ end
 function Graph:use_dir(dir)
   self.dir = dir
   self.stores = {}
+  for _, t in ipairs(self.terms) do t.store = nil end
 end
 
 function Graph:prepare()
@@ -717,6 +718,19 @@ function Graph:state()
   return { version = self.version, scored = self.scored, history = json.array(self.history),
     heldout = json.array(self.heldout), terms = ts, reloads = json.array(self.reloads),
     source_hash = self.source and judge.hash(self.source.text) or nil }
+end
+
+-- g:reset(): forgets what the graph measured (scorings, history, held-out points, the judges'
+-- counters and budgets spent) but not its definition or version: rl.train calls it when a fresh
+-- run starts, so that a graph reused for another run starts as a new one.
+function Graph:reset()
+  self.scored, self.history, self.heldout, self.reloads = 0, {}, {}, {}
+  self.last, self.last_batch, self.alarms = nil, nil, nil
+  for _, t in ipairs(self.terms) do
+    if t.counters then
+      for k in pairs(t.counters) do t.counters[k] = 0 end
+    end
+  end
 end
 
 function Graph:load(s)

@@ -151,6 +151,7 @@ local function start_fresh(ctx)
   local why = refusal(c, ctx.dir) -- (a checkpoint stage of the recipe's found nothing to resume)
   if why then error(why, 0) end
   if c.overwrite then checkpoint.clear(ctx.dir) end
+  if ctx.graph then ctx.graph:reset() end -- a graph used by an earlier run starts anew
   ctx.state = { history = {}, step = 0, options = options.record(c) }
   if c.sft then ctx.state.sft = warmstart.run(ctx) end
   if needs_reference(c) then
