@@ -629,6 +629,37 @@ print(string.format("calls %d then %d", first, client.calls - first))
     H.sh("rm -rf " .. H.shell_quote(dir))
   end)
 
+  it("7: two runs from one seed write identical metrics (the graph adds nothing that varies)", function()
+    local dir = tmpdir()
+    local function run(name)
+      local g = R.graph { terms = { R.env(), R.judge { name = "judge", client = mock_judge(), prompt = "answer: {answer}" },
+        R.rank { name = "rank", client = mock_judge(function(m)
+          local n = 0
+          for _ in m[#m].content:gmatch("%[%d+%]") do n = n + 1 end
+          local out = {}
+          for k = n, 1, -1 do out[#out + 1] = k end
+          return table.concat(out, " ")
+        end), rubric = "last first", weight = 0.1 },
+        R.fn("flaky", function(ep) if ep.seed % 4 == 0 then return R.SKIP end return 0 end) } }
+      letter_run(dir, { name = name, reward = g, steps = 3 })
+      return read_lines(dir .. "/" .. name .. "/metrics.jsonl")
+    end
+    local a, b = run("one"), run("two")
+    assert.are.equal(#a, #b)
+    local compared = 0
+    for i, rec in ipairs(a) do
+      for k, v in pairs(rec) do
+        if not k:match("^time/") and k ~= "tokens_per_s" then
+          assert.are.equal(v, b[i][k], k)
+          compared = compared + 1
+        end
+      end
+    end
+    assert.is_true(compared > 100)
+    assert.is_number(a[2]["time/reward"])
+    H.sh("rm -rf " .. H.shell_quote(dir))
+  end)
+
   -- 8. Hot reload
   local REWARD_FILE = [==[
 return rl.reward.graph {

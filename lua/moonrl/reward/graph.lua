@@ -41,8 +41,11 @@ local function cases_check(v)
   return nil
 end
 
+-- The hacking alarm: over the last `window` held-out points a term's mean rose by more than
+-- `rise` while held-out success fell by more than `fall` (5 points: about two standard errors of
+-- a success rate measured on 256 tasks).
 local ALARM = { { "window", check.integer(2), default = 3 }, { "rise", check.number(0), default = 0 },
-  { "fall", check.number(0), default = 0 } }
+  { "fall", check.number(0), default = 0.05 } }
 
 -- Checks a graph's definition (opts) and returns the fields a Graph holds, raising at level.
 local function definition(opts, level)
@@ -82,7 +85,7 @@ end
 
 -- rl.reward.graph{name = "reward", terms = {...}, combine = "sum" | "per_term", scale = "group" |
 -- "batch" (per_term only), eps = 1e-6, seed = 0, checks = {cases}, alarm = {window = 3, rise = 0,
--- fall = 0}} -> g.
+-- fall = 0.05}} -> g.
 function M.graph(opts)
   local g = definition(opts, 2)
   g.version, g.scored, g.history, g.heldout, g.reloads, g.stores = 1, 0, {}, {}, {}, {}
@@ -462,13 +465,23 @@ function Graph:stats()
 end
 
 -- g:observe(step, heldout_success) -> {name = true | false}: records a held-out evaluation (the
--- trainer calls it after each) beside the term means of the last scored step; the hacking alarm
--- of each weighted term (health.alarm).
+-- trainer calls it after each) beside each term's mean over the steps scored since the previous
+-- one; the hacking alarm of each weighted term (health.alarm).
 function Graph:observe(step, success)
   if math.type(step) ~= "integer" then error("observe: step: an integer expected, got " .. check.describe(step), 2) end
   if not check.finite(success) then error("observe: success: a number expected, got " .. check.describe(success), 2) end
-  local last = self.history[#self.history]
-  self.heldout[#self.heldout + 1] = { step = step, success = success, means = last and last.means or {} }
+  -- each term's mean over the steps scored since the previous held-out point (one step is noisy)
+  local prev = self.heldout[#self.heldout]
+  local sums, n = {}, 0
+  for _, h in ipairs(self.history) do
+    if h.step <= step and (not prev or h.step > prev.step) then
+      n = n + 1
+      for _, t in ipairs(self.terms) do sums[t.name] = (sums[t.name] or 0) + (h.means[t.name] or 0) end
+    end
+  end
+  local means = {}
+  if n > 0 then for name, v in pairs(sums) do means[name] = v / n end end
+  self.heldout[#self.heldout + 1] = { step = step, success = success, means = means }
   while #self.heldout > HISTORY do table.remove(self.heldout, 1) end
   self.alarms = health.alarm(self, self.heldout)
   return self.alarms

@@ -66,6 +66,14 @@ function Cache:load_file()
   f:close()
 end
 
+-- cache:state() -> {path =, size =}; cache:load(state) points it at that file (read on next use).
+function Cache:state() return { path = self.path, size = self.size } end
+function Cache:load(s)
+  if type(s) ~= "table" then error("load: state: a table expected, got " .. check.describe(s), 2) end
+  self.path, self.entries, self.size = s.path, {}, 0
+  self.loaded = self.path == nil
+end
+
 function Cache:get(key)
   if not self.loaded then self:load_file() end
   return self.entries[key]

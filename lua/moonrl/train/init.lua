@@ -179,7 +179,9 @@ local function step_once(ctx, step)
   local mt = { step = step, ["time/rollout"] = t_roll, ["sampling/tries"] = info.tries,
     ["sampling/groups_dropped"] = info.groups_dropped }
   if batch then
+    local t_rew = core.clock()
     local terms = ctx.stages.reward(ctx, batch, step)
+    mt["time/reward"] = core.clock() - t_rew
     for k, v in pairs(terms) do mt["reward/" .. k] = v end
     if c.kl_reward_coef ~= 0 then mt["reward/kl_penalty"] = -reward.kl_penalty(ctx, batch) end
     tasks.update(ctx, step, batch)
