@@ -35,7 +35,6 @@ local function correlation(xs, ys)
   if sxx <= 0 or syy <= 0 then return nil end
   return sxy / math.sqrt(sxx * syy)
 end
-M.correlation = correlation
 
 -- Each term's share of the within-group advantage variance. Per group (its scorable episodes,
 -- two or more), e[i][j] is term j's part of episode i's advantage: under "sum", its contribution's

@@ -19,8 +19,9 @@
 -- (unscorable); an error is unscorable too, with its message — never 0 — and an unscorable
 -- episode stays out of the group baselines (advantage 0). The graph (moonrl.reward.graph):
 -- g:score(batch), g:rescore(batch), g:advantages(batch), g:stats(), g:observe(step, success),
--- g:check(cases), g:explain(ep), g:state(), g:load(state); rl.reward.load(path, {watch = true})
--- and g:reload().
+-- g:check(cases), g:explain(ep), g:state(), g:load(state), g:reset(); rl.reward.load(path,
+-- {watch = true}) and g:reload(). rl.reward.model_client{model =, tokenizer =} makes a local
+-- rl.model a judge's client; rl.reward.cache(path) opens a judge cache file.
 local terms = require "moonrl.reward.terms"
 local judge = require "moonrl.reward.judge"
 local graph = require "moonrl.reward.graph"

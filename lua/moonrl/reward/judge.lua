@@ -175,7 +175,6 @@ local function calling_fields()
 end
 
 local COUNTERS = { "calls", "hits", "errors", "timeouts", "tokens", "cost" }
-M.COUNTERS = COUNTERS
 
 -- Sets up what judge and rank share: counters, the limiter, the cache key's fixed parts.
 local function calling_setup(t)
@@ -559,7 +558,6 @@ local function read_ranking(text, n)
   if #order < n then return nil, string.format("the ranking names %d of %d candidates", #order, n) end
   return order
 end
-M.read_ranking = read_ranking
 
 -- rl.reward.rank{name =, client =, model =, rubric =, show = "answer", shuffle = true, ...}: one
 -- call per group; the group's episodes are shown in a random order (from the graph's seed, the

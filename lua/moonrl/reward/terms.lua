@@ -15,7 +15,6 @@ local M = {}
 
 local Term = { __name = "moonrl.reward.term" }
 Term.__index = Term
-M.Term = Term
 
 -- ---------------------------------------------------------------- SKIP
 

@@ -484,7 +484,6 @@ local function without_unscorable(ctx, batch, est)
   end
   return adv, per_episode
 end
-M.without_unscorable = without_unscorable
 
 -- The stage: the run's estimator on the batch (without its unscorable episodes, which get 0),
 -- then fatal-aware masking (with `fatal`). Returns the per-token advantages, the per-episode

@@ -312,7 +312,6 @@ local function is_graph(v)
   local mt = getmetatable(v)
   return type(v) == "table" and type(mt) == "table" and mt.__name == "moonrl.reward.graph"
 end
-M.is_graph = is_graph
 
 local function reward_check(v)
   if type(v) == "function" or is_graph(v) then return nil end
