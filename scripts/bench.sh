@@ -2,7 +2,8 @@
 # bench.sh - `make bench`: sgemm GFLOPS through the engine from C and from Lua beside a direct
 # cblas_sgemm call on the same OpenBLAS in the same process; OpenBLAS linked the usual way with
 # each core type (and with its own detection) as baselines; elementwise throughput; the policy
-# model's training and sampling beside PyTorch; the tool sandbox beside fork+exec and bubblewrap.
+# model's training and sampling beside PyTorch; a reward graph's share of a training step; the tool
+# sandbox beside fork+exec and bubblewrap.
 # BENCH_ROUNDS (default 3) alternating rounds.
 # usage: sh scripts/bench.sh BUILD
 set -eu
@@ -163,6 +164,18 @@ awk -F'\t' '{ v[$2] = $3 } END {
   printf "  1M tokens (4096 episodes x 256): GRPO advantages + broadcast %.1f ms; PPO loss + gradient %.1f ms\n",
          1000 * v["grpo_1m_seconds"], 1000 * v["ppo_loss_1m_seconds"]
 }' "$tmp/rlm"
+
+# ---- the reward graph's share of a training step (spec acceptance 22, its reward part) ----
+: >"$tmp/reward"
+for round in $(seq "$ROUNDS"); do
+  "$BUILD/moonrl" run scripts/bench_reward.lua | grep "^reward" >>"$tmp/reward"
+done
+medians <"$tmp/reward" | awk -F'\t' '{ v[$2] = $3 } END {
+  printf "\nreward graph, 512 episodes a step (32 tasks x 16), 5 rule terms: %.1f ms, %.2f%% of the step (target <= 5%%);\n",
+         1000 * v["graph_seconds"], 100 * v["graph_share"]
+  printf "  the default stage with 4 rewards functions: %.2f ms, %.2f%%\n", 1000 * v["plain_seconds"],
+         100 * v["plain_share"]
+}'
 
 # ---- the tool sandbox: /bin/true through a pool (every protection on) beside plain fork+exec
 # and bubblewrap, sampled in alternation in the same process; calls per second through the

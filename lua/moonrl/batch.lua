@@ -19,6 +19,8 @@
 --                         tool_error}
 --   branch                {root =, index =} for episodes of a tree rollout
 --   error                 the message when the episode ended in an error
+-- and, once a reward graph (rl.reward) scored it: reward (its total), rewards (its dense terms
+-- per turn), reward_terms, reward_status ("ok" | "unscorable"), reward_version, reward_detail
 local core = require "moonrl.core"
 
 local M = {}
@@ -105,33 +107,45 @@ function Batch:groups()
   return list
 end
 
+local function scorable(ep) return ep.reward_status ~= "unscorable" end
+
 -- batch:stats() -> {episodes, groups, reward_mean, reward_std, success, length_mean,
 -- sampled_tokens, tokens, turns_mean, zero_variance_groups (fraction), ends = {name = count},
--- errors}.
+-- errors, unscorable}. The reward figures leave out episodes a reward graph could not score.
 function Batch:stats()
   local n = #self.episodes
-  local s = { episodes = n, ends = {}, errors = 0, tokens = self.offsets[n + 1] }
+  local s = { episodes = n, ends = {}, errors = 0, tokens = self.offsets[n + 1], unscorable = 0 }
   for _, name in ipairs(END_NAMES) do s.ends[name] = 0 end
-  local sum, sq, succ, len, turns = 0, 0, 0, 0, 0
+  local sum, sq, succ, len, turns, scored = 0, 0, 0, 0, 0, 0
   for _, ep in ipairs(self.episodes) do
-    sum, sq = sum + ep.reward, sq + ep.reward * ep.reward
+    if scorable(ep) then
+      sum, sq, scored = sum + ep.reward, sq + ep.reward * ep.reward, scored + 1
+    else
+      s.unscorable = s.unscorable + 1
+    end
     succ = succ + (ep.success and 1 or 0)
     len, turns = len + ep.length, turns + ep.turns
     s.ends[ep["end"]] = (s.ends[ep["end"]] or 0) + 1
     if ep.error then s.errors = s.errors + 1 end
   end
-  local mean = n > 0 and sum / n or 0
+  local mean = scored > 0 and sum / scored or 0
   s.reward_mean = mean
-  s.reward_std = n > 1 and math.sqrt(math.max(sq / n - mean * mean, 0)) or 0
+  s.reward_std = scored > 1 and math.sqrt(math.max(sq / scored - mean * mean, 0)) or 0
   s.success = n > 0 and succ / n or 0
   s.length_mean = n > 0 and len / n or 0
   s.turns_mean = n > 0 and turns / n or 0
   s.sampled_tokens = n > 0 and self.mask:sum() or 0
   local groups, flat = self:groups(), 0
   for _, g in ipairs(groups) do
-    local first, same = self.episodes[g.members[1]].reward, true
-    for _, i in ipairs(g.members) do same = same and self.episodes[i].reward == first end
-    if same and #g.members > 1 then flat = flat + 1 end
+    local first, same, count = nil, true, 0
+    for _, i in ipairs(g.members) do
+      local ep = self.episodes[i]
+      if scorable(ep) then
+        count = count + 1
+        if first == nil then first = ep.reward else same = same and ep.reward == first end
+      end
+    end
+    if same and count > 1 then flat = flat + 1 end
   end
   s.groups = #groups
   s.zero_variance_groups = #groups > 0 and flat / #groups or 0
@@ -185,12 +199,14 @@ local function values(t, a, b, integer)
   return core.json.array(out)
 end
 
--- The episode's turns as plain data (no parsed tables or instances).
+-- The episode's turns as plain data (no instances; of the parse, its kind and a call's name).
 local function turn_records(ep)
   local out = {}
   for k, r in ipairs(ep.record or {}) do
+    local parsed = type(r.parsed) == "table" and { kind = r.parsed.kind, name = r.parsed.name } or nil
     out[k] = { action = r.action, observation = r.observation, reward = r.reward, done = r.done,
-      info = type(r.info) == "table" and r.info or nil, state = r.state }
+      info = type(r.info) == "table" and r.info or nil, state = r.state, parsed = parsed,
+      tool_error = r.tool_error, tool_cpu_ms = r.tool_cpu_ms }
   end
   return core.json.array(out)
 end
@@ -202,7 +218,8 @@ function Batch:episode_record(i, opts)
   local rec = { group = ep.group, agent = ep.agent, task = ep.task, seed = ep.seed,
     ["end"] = ep["end"], turns = ep.turns, length = ep.length, reward = ep.reward,
     rewards = core.json.array(ep.rewards or {}), success = ep.success, error = ep.error,
-    branch = ep.branch, record = turn_records(ep) }
+    branch = ep.branch, record = turn_records(ep), reward_terms = ep.reward_terms,
+    reward_status = ep.reward_status, reward_version = ep.reward_version }
   if not (opts and opts.tokens == false) then
     local a, b = self:range(i)
     rec.tokens = values(self.tokens, a, b, true)
@@ -257,7 +274,9 @@ function M.load(path)
       offsets[#offsets + 1] = #arrays.tokens
       local ep = { group = rec.group, agent = rec.agent, task = rec.task, seed = rec.seed,
         ["end"] = rec["end"], turns = rec.turns, length = rec.length, reward = rec.reward,
-        rewards = rec.rewards, success = rec.success, error = rec.error, record = rec.record }
+        rewards = rec.rewards, success = rec.success, error = rec.error, record = rec.record,
+        branch = rec.branch, reward_terms = rec.reward_terms, reward_status = rec.reward_status,
+        reward_version = rec.reward_version }
       eps[#eps + 1] = ep
     end
   end

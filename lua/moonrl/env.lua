@@ -57,7 +57,8 @@ local function run_tool(tools, parsed)
       if not ok then return "tool " .. t.name .. " failed: " .. tostring(text), true end
       local failed = type(res) == "table" and ((res.status ~= nil and res.status ~= "exited"
         and res.status ~= "ok") or (res.exit_code ~= nil and res.exit_code ~= 0))
-      return tostring(text), failed
+      local cpu = type(res) == "table" and type(res.cpu_ms) == "number" and res.cpu_ms or nil
+      return tostring(text), failed, cpu
     end
   end
   return nil
@@ -65,15 +66,16 @@ end
 
 -- The step the rollout engine calls: parses the action, runs a tool call the instance does not
 -- handle, or passes it to instance:step. `record` (a table) gets one entry per turn:
--- {action=, parsed=, observation=, reward=, done=, info=, state=, tool_error=} (state: the
--- instance's state_key() before the step, when it has one; tool_error: true when the engine ran
--- a tool call that failed). Returns observation, reward, done.
+-- {action=, parsed=, observation=, reward=, done=, info=, state=, tool_error=, tool_cpu_ms=}
+-- (state: the instance's state_key() before the step, when it has one; tool_error: true when the
+-- engine ran a tool call that failed; tool_cpu_ms: the CPU time of a sandboxed tool the engine
+-- ran, as the sandbox measured it). Returns observation, reward, done.
 function M.step(module, instance, action, record)
   local parsed = parse.parse(action, module.format)
   local state = instance.state_key and instance:state_key() or nil
-  local obs, reward, done, info, tool_error
+  local obs, reward, done, info, tool_error, tool_cpu_ms
   if parsed.kind == "call" and module.tools and not instance.handles_calls then
-    obs, tool_error = run_tool(module.tools, parsed)
+    obs, tool_error, tool_cpu_ms = run_tool(module.tools, parsed)
   end
   if obs then
     reward, done = 0, false
@@ -91,7 +93,7 @@ function M.step(module, instance, action, record)
   end
   record[#record + 1] = { action = action, parsed = parsed, observation = obs,
     reward = reward or 0, done = done and true or false, info = info, state = state,
-    tool_error = tool_error or nil }
+    tool_error = tool_error or nil, tool_cpu_ms = tool_cpu_ms }
   return obs, reward or 0, done and true or false
 end
 

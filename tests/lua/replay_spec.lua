@@ -235,6 +235,39 @@ describe("rl.replay", function()
     for _, ep in ipairs(buf:batch().episodes) do assert.is_true(ep.reward ~= -99) end
   end)
 
+  it("re-scores under a real reward graph once a reload bumps its version", function()
+    local dir = tmpdir()
+    local path = dir .. "/reward.lua"
+    local SRC = 'return rl.reward.graph { terms = { rl.reward.fn("short", function(ep) ' ..
+      'return -(%s) * ep.length * ep.task.g + ep.seed end) } }'
+    local function write(k)
+      local f = assert(io.open(path, "w"))
+      f:write(SRC:format(k))
+      f:close()
+    end
+    write("0.01")
+    local g = assert(rl.reward.load(path))
+    local b = make_batch(2, 2, function() return 0 end)
+    g:score(b)
+    local buf = rl.replay.new { capacity = 16, priority = "reward", rescore = g, seed = 3 }
+    buf:add(b, 0)
+    write("0.5")
+    assert.is_true(g:reload())
+    assert.are.equal(2, g.version)
+    local s = buf:sample(2, 1)
+    local fresh = make_batch(2, 2, function() return 0 end)
+    g:score(fresh)
+    local want = {}
+    for _, ep in ipairs(fresh.episodes) do want[ep.task.g .. "/" .. ep.seed] = ep.reward end
+    assert.are.equal(4, #s.episodes)
+    for _, ep in ipairs(s.episodes) do
+      assert.are.equal(2, ep.reward_version)
+      assert.are.equal(want[ep.task.g .. "/" .. ep.seed], ep.reward)
+    end
+    assert.are.equal(4, buf:stats().rescored)
+    H.sh("rm -rf " .. H.shell_quote(dir))
+  end)
+
   it("evicts entries whose importance ratio exceeds max_ratio, and weighs tokens up to it", function()
     local buf = rl.replay.new { capacity = 16, unit = "episode", priority = "reward",
       max_ratio = 5, seed = 6 }

@@ -223,6 +223,108 @@ end
     end)
   end
 
+  -- The resume test's run with a reward graph: the environment's return, a dense process term, a
+  -- judge and a rank term over deterministic mock clients (cached in the run folder), a term that
+  -- cannot score some episodes, a budget and a metric.
+  local GRAPH_RUN = [==[
+local rl = require "moonrl"
+local root = ...
+local guess = dofile(root .. "/envs/guess_letter.lua")
+local R = rl.reward
+local judge = {}
+function judge:chat(messages)
+  local text, n = messages[#messages].content, 0
+  for _ in text:gmatch("[a-m]") do n = n + 1 end
+  return n % 3 == 0 and "yes" or "no", { prompt_tokens = #text, completion_tokens = 1 }
+end
+local ranker = {}
+function ranker:chat(messages)
+  local shown = {}
+  for k, text in messages[#messages].content:gmatch("%[(%d+)%] ([^\n]*)") do
+    local s = 0
+    for p = 1, #text do s = s + text:byte(p) * p end
+    shown[#shown + 1] = { k = tonumber(k), s = s }
+  end
+  table.sort(shown, function(a, b) if a.s ~= b.s then return a.s > b.s end return a.k < b.k end)
+  local out = {}
+  for _, x in ipairs(shown) do out[#out + 1] = x.k end
+  return table.concat(out, " ")
+end
+local graph = R.graph { seed = 3, terms = {
+  R.env(),
+  R.process { name = "guess", weight = 0.1, turn = function(rec) return rec.action:match("^%l") and 0.2 or -0.1 end },
+  R.judge { name = "judge", client = judge, model = "mock", prompt = "{task}: {transcript}", weight = 0.3 },
+  R.rank { name = "rank", client = ranker, rubric = "Best guess first.", weight = 0.05 },
+  R.fn("flaky", function(ep) if ep.seed % 5 == 0 then return R.SKIP end return 0.01 * ep.turns end),
+  R.budget { tokens = 0.002, turns = 0.01 },
+  R.metric("length", function(ep) return ep.length end),
+} }
+return function(dir, name, advantage, extra)
+  local o = { model = rl.model.new { vocab = 264, dim = 32, layers = 2, heads = 2, ffn = 64,
+      ctx = 128, seed = 2 }, tokenizer = rl.tokenizer.bytes(), env = guess, dir = dir, name = name,
+    seed = 11, steps = 4, tasks_per_step = 3, group_size = 4, max_turn_tokens = 3, lr = 1e-3,
+    minibatch = 6, epochs = 2, advantage = advantage, gamma = 0.8, kl_coef = 0.05,
+    reward = graph, sft = { examples = 24, epochs = 1, batch_size = 8, lr = 1e-3 },
+    eval = { every = 2, tasks = 6, k = 2 }, progress = false }
+  for k, v in pairs(extra or {}) do o[k] = v end
+  return rl.train(o), o.model
+end
+]==]
+
+  for _, advantage in ipairs { "gigpo", "gae" } do
+    it("continues bit-exactly in another process with a reward graph; its judge cache replays a lost step: " .. advantage, function()
+      local dir = tmpdir()
+      local config = dir .. "/run.lua"
+      local f = assert(io.open(config, "w"))
+      f:write(GRAPH_RUN)
+      f:close()
+      local runner = assert(loadfile(config))(H.root)
+      local _, m_full = runner(dir, "full", advantage)
+      -- the cut run is lost during step 3, after its judging and before its checkpoint
+      local ok = pcall(runner, dir, "cut", advantage, { checkpoint_every = 2, on_step = function(step)
+        if step == 3 then error("the machine went down") end
+      end })
+      assert.is_false(ok)
+      assert.are.equal(2, rl.json.decode(assert(io.open(dir .. "/cut/state.json")):read("a")).step)
+      local out, _, done = H.run_lua([[
+        local runner = loadfile(arg[1])(arg[2])
+        runner(arg[3], "cut", arg[4], { resume = true })
+      ]], config, H.root, dir, advantage)
+      assert.is_true(done, out)
+      local state = rl.json.decode(assert(io.open(dir .. "/cut/state.json")):read("a"))
+      assert.are.equal(4, state.step)
+      local m_res = model()
+      assert.are.equal(4, m_res:load_checkpoint(dir .. "/cut/" .. state.checkpoint))
+      local a, b = m_full:parameters(), m_res:parameters()
+      for name, w in pairs(a) do assert.are.equal(0, w:max_abs_diff(b[name]), name) end
+      local full_state = rl.json.decode(assert(io.open(dir .. "/full/state.json")):read("a"))
+      assert.are.equal(4, full_state.reward.scored)
+      assert.are.equal(rl.json.encode(full_state.reward.history), rl.json.encode(state.reward.history))
+      local lf, lr = read_lines(dir .. "/full/metrics.jsonl"), read_lines(dir .. "/cut/metrics.jsonl")
+      assert.are.equal(#lf, #lr)
+      local function judging(k) return k:match("^reward/[%w_]+/calls$") or k:match("^reward/[%w_]+/hits$")
+        or k:match("^reward/[%w_]+/tokens$") end
+      for i, rec in ipairs(lf) do
+        for k, v in pairs(rec) do
+          if not k:match("^time/") and k ~= "tokens_per_s" and not judging(k) then
+            assert.are.equal(v, lr[i][k], "step " .. rec.step .. " " .. k)
+          end
+        end
+      end
+      -- step 3 was judged before the loss: the resumed process found every reply in the cache
+      for _, term in ipairs { "judge", "rank" } do
+        local calls, hits = "reward/" .. term .. "/calls", "reward/" .. term .. "/hits"
+        assert.is_true(lf[4][calls] > 0, term)
+        assert.are.equal(0, lr[4][calls], term)
+        assert.are.equal(lf[4][calls] + lf[4][hits], lr[4][hits], term)
+        assert.are.equal(lf[5][calls], lr[5][calls], term) -- step 4 was new to both
+      end
+      assert.is_true(lf[3]["reward/unscorable"] > 0, "some episodes were unscorable")
+      assert.is_number(lf[5]["reward/judge/alarm"]) -- evaluated at step 4
+      H.sh("rm -rf " .. H.shell_quote(dir))
+    end)
+  end
+
   it("adds reward terms in a defined order: names sorted, or a list's own order", function()
     local terms = require("moonrl.train.reward").terms
     local f = function() return 0 end

@@ -85,11 +85,29 @@ function M.gdpo_terms(c)
   return names
 end
 
+-- A reward graph in the reward option (rl.reward.graph), or nil.
+local function graph_of(c)
+  local r = c.reward
+  local mt = getmetatable(r)
+  if type(r) == "table" and type(mt) == "table" and mt.__name == "moonrl.reward.graph" then return r end
+  return nil
+end
+M.graph_of = graph_of
+
 -- GDPO (verl "gdpo"): each reward term of ep.reward_terms normalised within the task's group on
--- its own, the normalised terms summed with gdpo.weights, whitened over the sampled tokens.
+-- its own, the normalised terms summed with gdpo.weights, whitened over the sampled tokens. With
+-- a reward graph (combine = "per_term") the terms, weights and epsilon are its own: its weighted
+-- terms, normalised within the group (scale = "group") or over the batch (scale = "batch").
 M.register("gdpo", function(ctx, batch)
   local c = ctx.cfg
   local g = c.gdpo or {}
+  local graph = graph_of(c)
+  local epsilon = c.adv_epsilon
+  if graph then
+    local names, weights = graph:weighted()
+    g = { terms = names, weights = weights }
+    epsilon = graph.eps
+  end
   local names = g.terms or M.gdpo_terms(c)
   local terms = {}
   for k, name in ipairs(names) do
@@ -104,9 +122,12 @@ M.register("gdpo", function(ctx, batch)
     end
   end
   local scores, groups = M.scores(batch)
+  if graph and graph.scale == "batch" then
+    for i in ipairs(groups) do groups[i] = 0 end
+  end
   local a = core.objective.advantage { method = "gdpo", scores = scores, groups = groups,
     counts = batch:sampled_counts(), terms = terms, term_weights = g.weights,
-    epsilon = c.adv_epsilon }
+    epsilon = epsilon }
   return core.objective.broadcast { values = a, mask = batch.mask, offsets = batch.offsets }, a
 end)
 
@@ -149,6 +170,15 @@ local function rows_to_tokens(batch, index, values)
 end
 M.rows_to_tokens = rows_to_tokens
 
+-- The reward of turn k (1-based) of an episode: a reward graph's dense per-turn values
+-- (ep.rewards, once a graph scored the episode), else the environment's (the turn record's).
+local function turn_reward(ep, k)
+  if ep.reward_version ~= nil then return (ep.rewards and ep.rewards[k]) or 0 end
+  local rec = ep.record[k]
+  return rec and rec.reward or 0
+end
+M.turn_reward = turn_reward
+
 -- GiGPO: one row per turn, anchored on the state the turn acted on (its state_key, else its
 -- turn number): the episode term plus the step term among turns from the same state.
 M.register("gigpo", function(ctx, batch)
@@ -159,7 +189,7 @@ M.register("gigpo", function(ctx, batch)
   for r, row in ipairs(rows) do
     local rec = row.record
     rs[r], rg[r], rt[r] = scores[row.episode], groups[row.episode], row.episode
-    rr[r] = rec and rec.reward or 0
+    rr[r] = turn_reward(batch.episodes[row.episode], row.turn + 1)
     ra[r] = (rec and rec.state) and ("s:" .. rec.state) or ("t:" .. (row.turn + 1))
   end
   local returns = core.objective.step_returns { rewards = rr, traj = rt, gamma = c.gamma }
@@ -168,12 +198,47 @@ M.register("gigpo", function(ctx, batch)
   return rows_to_tokens(batch, index, values)
 end)
 
+-- The per-turn values of a reward graph's dense process terms (weighted), one list per episode,
+-- or nil when the graph has none.
+local function process_rewards(c, batch)
+  local graph = graph_of(c)
+  if not graph then return nil end
+  local dense = {}
+  for _, t in ipairs(graph.terms) do
+    if t.kind == "process" and t.dense and t.weight ~= 0 then dense[#dense + 1] = t end
+  end
+  if #dense == 0 then return nil end
+  local out = {}
+  for i, ep in ipairs(batch.episodes) do
+    local per = {}
+    for k = 1, math.max(ep.turns, #ep.record) do per[k] = 0 end
+    for _, t in ipairs(dense) do
+      local r = ep.reward_detail and ep.reward_detail[t.name]
+      if r and r.status == "ok" and r.turns then
+        for k, v in ipairs(r.turns) do per[k] = (per[k] or 0) + t.weight * v end
+      end
+    end
+    out[i] = per
+  end
+  return out
+end
+
 -- BEACON (dynamic milestones): turns whose info.milestone is true split each episode into
 -- segments; the shaped segment rewards are normalised among episodes of the same task in the
--- same segment and added to the episode term (spec section 6.5, through rl.advantage).
+-- same segment and added to the episode term (spec section 6.5, through rl.advantage). With a
+-- reward graph that has dense process terms, their per-turn values are the segment rewards in
+-- place of the milestone shaping, and the episode term sees the rest of the score (the outcome).
 M.register("beacon", function(ctx, batch)
   local c = ctx.cfg
   local scores = M.scores(batch)
+  local process = process_rewards(c, batch)
+  if process then
+    for i, per in ipairs(process) do
+      local s = 0
+      for _, v in ipairs(per) do s = s + v end
+      scores[i] = scores[i] - s
+    end
+  end
   local rows, index = turn_rows(batch)
   local flags, uids, tasks, rewards, mask = {}, {}, {}, {}, {}
   for r, row in ipairs(rows) do
@@ -187,6 +252,9 @@ M.register("beacon", function(ctx, batch)
   local ms = c.milestone or {}
   local shaped = core.advantage.beacon_step_rewards_dynamic({ milestone_flags = flags,
     traj_uids = uids }, { gamma = ms.gamma or 0.95, scale = ms.scale or 10 })
+  if process then
+    for r, row in ipairs(rows) do shaped.step_rewards[r] = process[row.episode][row.turn + 1] or 0 end
+  end
   local out = core.advantage.beacon({ token_level_rewards = rewards, response_mask = mask,
     index = tasks, traj_uids = uids, step_rewards = shaped.step_rewards,
     segment_ids = shaped.segment_ids }, { epsilon = c.adv_epsilon or 1e-6,
@@ -198,8 +266,9 @@ end)
 
 -- ---------------------------------------------------------------- token rewards
 
--- Token rewards: each turn's reward on its last sampled token; the rest of the episode's score
--- (reward terms, KL penalty) on its last sampled token. A flat tensor like batch.mask.
+-- Token rewards: each turn's reward (turn_reward: a graph's dense values, else the environment's)
+-- on its last sampled token; the rest of the episode's score (reward terms, KL penalty) on its
+-- last sampled token. A flat tensor like batch.mask.
 local function token_rewards(batch)
   local n = batch:size()
   local total = batch.offsets[n + 1]
@@ -215,10 +284,12 @@ local function token_rewards(batch)
     end
     if last then
       local env_sum = 0
-      for k, r in ipairs(ep.record) do
+      local turns_n = ep.reward_version ~= nil and #(ep.rewards or {}) or #ep.record
+      for k = 1, turns_n do
+        local r = turn_reward(ep, k)
         local p = last_of_turn[k - 1]
-        if p then rewards:set(p, rewards:get(p) + r.reward) end
-        env_sum = env_sum + r.reward
+        if p then rewards:set(p, rewards:get(p) + r) end
+        env_sum = env_sum + r
       end
       local rest = ep.reward - (ep.kl_penalty or 0) - env_sum
       rewards:set(last, rewards:get(last) + rest)
@@ -342,12 +413,84 @@ function M.estimator(c)
   return registry[c.advantage]
 end
 
--- The stage: the run's estimator on the batch, then fatal-aware masking (with `fatal`).
--- Returns the per-token advantages, the per-episode values and the number of fatal episodes
--- (nil without `fatal`).
+-- The flat per-token tensors of a batch that estimators read besides its own (the policy's
+-- log-probs, the rollout correction's weights).
+local EXTRA_TENSORS = { "policy_logprobs", "is_weights" }
+
+-- Copies the positions of episodes `list` of a flat tensor `from` (laid out like batch) into
+-- `to` (laid out like the batch of those episodes, or the other way round with back = true).
+local function move(batch, list, from, to, back)
+  local at = 0
+  for _, i in ipairs(list) do
+    local a, len = batch.offsets[i], batch.offsets[i + 1] - batch.offsets[i]
+    if len > 0 then
+      if back then
+        to:narrow(1, a + 1, len):copy(from:narrow(1, at + 1, len))
+      else
+        to:narrow(1, at + 1, len):copy(from:narrow(1, a + 1, len))
+      end
+    end
+    at = at + len
+  end
+end
+
+local function flat(n) return core.tensor.zeros(math.max(n, 1)):narrow(1, 1, n) end
+
+-- The batch of episodes `list` with the extra tensors too.
+local function subset(batch, list)
+  local sub = batch:select(list)
+  for _, k in ipairs(EXTRA_TENSORS) do
+    if batch[k] then
+      sub[k] = flat(sub.offsets[#list + 1])
+      move(batch, list, batch[k], sub[k])
+    end
+  end
+  return sub
+end
+
+-- The estimator without the unscorable episodes (a reward graph's ep.reward_status): it runs on
+-- the others alone, so their groups' statistics leave those out, and the unscorable ones get
+-- advantage 0. With a critic, their value targets are their current values (no information).
+local function without_unscorable(ctx, batch, est)
+  local keep, out = {}, {}
+  for i, ep in ipairs(batch.episodes) do
+    if ep.reward_status == "unscorable" then out[#out + 1] = i else keep[#keep + 1] = i end
+  end
+  if #out == 0 then return est.fn(ctx, batch) end
+  local n, total = batch:size(), batch.offsets[batch:size() + 1]
+  local adv, per_episode = flat(total), {}
+  for i = 1, n do per_episode[i] = 0 end
+  if #keep > 0 then
+    local sub = subset(batch, keep)
+    local a, pe = est.fn(ctx, sub)
+    if not core.tensor.is_tensor(a) or a:numel() ~= sub.offsets[#keep + 1] or type(pe) ~= "table" then
+      return a, pe -- the stage's checks below name what is wrong
+    end
+    move(batch, keep, a, adv, true)
+    for k, i in ipairs(keep) do per_episode[i] = pe[k] end
+    if sub.critic then
+      local old, ret = flat(total), flat(total)
+      move(batch, keep, sub.critic.old_values, old, true)
+      move(batch, keep, sub.critic.returns, ret, true)
+      batch.critic = { old_values = old, returns = ret }
+    end
+  end
+  if est.critic then
+    local rest = subset(batch, out)
+    local values = critic.values(ctx, rest)
+    if not batch.critic then batch.critic = { old_values = flat(total), returns = flat(total) } end
+    move(batch, out, values, batch.critic.old_values, true)
+    move(batch, out, values, batch.critic.returns, true)
+  end
+  return adv, per_episode
+end
+
+-- The stage: the run's estimator on the batch (without its unscorable episodes, which get 0),
+-- then fatal-aware masking (with `fatal`). Returns the per-token advantages, the per-episode
+-- values and the number of fatal episodes (nil without `fatal`).
 function M.compute(ctx, batch)
   local est = M.estimator(ctx.cfg)
-  local adv, per_episode = est.fn(ctx, batch)
+  local adv, per_episode = without_unscorable(ctx, batch, est)
   local n, total = batch:size(), batch.offsets[batch:size() + 1]
   if not core.tensor.is_tensor(adv) or adv:numel() ~= total then
     error(string.format("train: advantage %s: per-token advantages expected (a tensor of %d "

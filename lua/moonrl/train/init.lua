@@ -50,6 +50,8 @@
 --     rewards = { name = function(episode) return x end },  -- extra reward terms, added in
 --                                             -- name order (or a list {{name =, fn =}, ...},
 --                                             -- in its order)
+--     reward = g,                             -- or a reward graph (rl.reward.graph), which is
+--                                             -- then the whole reward (see moonrl.reward)
 --     sft = { examples = 400, epochs = 2, lr = 2e-3, batch_size = 16 },  -- or false
 --     eval = { every = 5, tasks = 64, k = 4, temperature = 1 },
 --     resume = false,                         -- true: continue the run in dir/name; "force":
@@ -91,9 +93,10 @@ local M = {
 
 -- The stage functions of a configuration: the recipe's where it gave one, else the defaults.
 local function stages(c)
+  local graph = advantage.graph_of(c)
   return {
     rollout = c.rollout or rollout.run,
-    reward = c.reward or reward.run,
+    reward = graph and reward.graph_stage or c.reward or reward.run,
     update = c.update or update.run,
     evaluate = c.evaluate or eval.run,
     log = c.log or log.step,
@@ -106,8 +109,9 @@ local function needs_reference(c) return c.kl_coef ~= 0 or c.kl_reward_coef ~= 0
 -- The run's context from checked options: what every stage receives as ctx.
 --   ctx.cfg (the options with defaults), ctx.model, ctx.tokenizer, ctx.dir (the run folder),
 --   ctx.ro (the rollout engine), ctx.stages, ctx.value (the value head, with a critic),
---   ctx.ref (the frozen reference, once loaded), ctx.state (what state.json holds: history, step,
---   before, sft, ...)
+--   ctx.ref (the frozen reference, once loaded), ctx.graph (the reward graph, with reward = g),
+--   ctx.state (what state.json holds: history, step, before, sft, reward (the graph's state),
+--   ...)
 local function context(c)
   local m = c.model
   local ctx = { cfg = c, model = m, tokenizer = c.tokenizer, stages = stages(c) }
@@ -120,6 +124,8 @@ local function context(c)
   ctx.ro = core.rollout.new { model = m, episodes = math.max(per_step, eval_eps),
     capacity = c.capacity or m:config().ctx }
   if advantage.estimator(c).critic then ctx.value = critic.new(m:config().dim) end
+  ctx.graph = advantage.graph_of(c)
+  if ctx.graph then ctx.graph:use_dir(ctx.dir) end -- its judges' cache = true: judge_cache.jsonl
   return ctx
 end
 
@@ -145,11 +151,20 @@ end
 
 -- Step 0 of a fresh run: the SFT warm start, the frozen reference, the first evaluation and the
 -- first checkpoint.
+-- What a checkpoint keeps besides the weights: the state of every stateful stage.
+local function gather_state(ctx)
+  local c = ctx.cfg
+  ctx.state.tasks = tasks.state(ctx)
+  if c.replay then ctx.state.replay = c.replay.buffer:state() end
+  if ctx.graph then ctx.state.reward = ctx.graph:state() end
+end
+
 local function start_fresh(ctx)
   local c = ctx.cfg
   local why = refusal(c, ctx.dir) -- (a checkpoint stage of the recipe's found nothing to resume)
   if why then error(why, 0) end
   if c.overwrite then checkpoint.clear(ctx.dir) end
+  if ctx.graph then ctx.graph:reset() end -- a graph used by an earlier run starts anew
   ctx.state = { history = {}, step = 0, options = options.record(c) }
   if c.sft then ctx.state.sft = warmstart.run(ctx) end
   if needs_reference(c) then
@@ -163,8 +178,7 @@ local function start_fresh(ctx)
   ctx.state.before = first
   ctx.state.history[1] = first
   ctx.stages.log(ctx, 0, first, nil)
-  ctx.state.tasks = tasks.state(ctx)
-  if c.replay then ctx.state.replay = c.replay.buffer:state() end
+  gather_state(ctx)
   ctx.stages.checkpoint.save(ctx, 0)
 end
 
@@ -177,7 +191,9 @@ local function step_once(ctx, step)
   local mt = { step = step, ["time/rollout"] = t_roll, ["sampling/tries"] = info.tries,
     ["sampling/groups_dropped"] = info.groups_dropped }
   if batch then
+    local t_rew = core.clock()
     local terms = ctx.stages.reward(ctx, batch, step)
+    mt["time/reward"] = core.clock() - t_rew
     for k, v in pairs(terms) do mt["reward/" .. k] = v end
     if c.kl_reward_coef ~= 0 then mt["reward/kl_penalty"] = -reward.kl_penalty(ctx, batch) end
     tasks.update(ctx, step, batch)
@@ -233,6 +249,11 @@ local function step_once(ctx, step)
     local t2 = core.clock()
     for k, v in pairs(ctx.stages.evaluate(ctx, step)) do mt["eval/" .. k] = v end
     mt["time/eval"] = core.clock() - t2
+    local held = mt["eval/greedy_success"]
+    if ctx.graph and type(held) == "number" then
+      -- the hacking alarm: a term rising while held-out success falls
+      for name, on in pairs(ctx.graph:observe(step, held)) do mt["reward/" .. name .. "/alarm"] = on and 1 or 0 end
+    end
   end
   mt["time/step"] = core.clock() - t0
   return mt, batch
@@ -270,6 +291,7 @@ local function train(opts)
     tasks.load(ctx, state.tasks)
     -- (a run resumed with resume = "force" and replay newly on starts with the buffer it has)
     if c.replay and state.replay ~= nil then c.replay.buffer:load(state.replay) end
+    if ctx.graph and state.reward ~= nil then ctx.graph:load(state.reward) end
   else
     start_fresh(ctx)
   end
@@ -280,14 +302,14 @@ local function train(opts)
   end
   ctx.t_start = core.clock()
   for step = ctx.state.step + 1, c.steps do
+    reward.boundary(ctx, step) -- a watched reward file reloads here, between steps
     local mt, batch = step_once(ctx, step)
     ctx.state.history[#ctx.state.history + 1] = mt
     ctx.stages.log(ctx, step, mt, batch)
     if c.on_step then c.on_step(step, mt) end
     local every = c.checkpoint_every or (c.eval and c.eval.every) or 10
     if step % every == 0 or step == c.steps or step == c.stop_after then
-      ctx.state.tasks = tasks.state(ctx)
-      if c.replay then ctx.state.replay = c.replay.buffer:state() end
+      gather_state(ctx)
       ctx.stages.checkpoint.save(ctx, step)
     end
     if step == c.stop_after then break end

@@ -1,5 +1,6 @@
 -- moonrl.train.log: the logging stage: metrics.jsonl (one line per step), episodes.jsonl (a few
--- episodes per step, turn by turn), curve.svg (train and held-out success) and the progress line.
+-- episodes per step, turn by turn), curve.svg (train and held-out success), reward.svg (each
+-- reward graph term's mean, with reward = g) and the progress line.
 --
 -- The `log` option replaces the stage: a function(ctx, step, metrics, batch) called once per step
 -- (step 0 too, after SFT and the first evaluation, with batch nil) once the step's metrics are
@@ -65,6 +66,25 @@ function M.plot(ctx)
   if not ok then error("train: " .. err, 0) end
 end
 
+-- reward.svg from the history: each term of the reward graph, its mean per step (raises
+-- "train: <path>: <why>" when it cannot be written).
+function M.plot_reward(ctx)
+  local g = ctx.graph
+  local series = {}
+  for _, t in ipairs(g.terms) do
+    local pts = {}
+    for _, h in ipairs(ctx.state.history) do
+      local v = h["reward/" .. t.name .. "/mean"]
+      if v then pts[#pts + 1] = { h.step, v } end
+    end
+    series[#series + 1] = { name = string.format("%s (w %g)", t.name, t.weight), points = pts }
+  end
+  local ok, err = plot.svg(ctx.dir .. "/reward.svg", {
+    title = ctx.cfg.name .. ": reward terms (" .. g.name .. ")", xlabel = "RL step",
+    ylabel = "term mean over the batch", series = series })
+  if not ok then error("train: " .. err, 0) end
+end
+
 -- The progress line (a bar on a terminal, plain lines otherwise).
 function M.progress(ctx, step, mt)
   local c = ctx.cfg
@@ -96,7 +116,10 @@ function M.step(ctx, step, mt, batch)
   M.metrics(ctx, mt)
   if step == 0 then return end
   if c.progress then M.progress(ctx, step, mt) end
-  if c.plot ~= false then M.plot(ctx) end
+  if c.plot ~= false then
+    M.plot(ctx)
+    if ctx.graph then M.plot_reward(ctx) end
+  end
 end
 
 return M

@@ -325,6 +325,17 @@ local function rewards_check(v)
   return nil
 end
 
+-- A reward graph (rl.reward.graph); the reward module is not required here (it requires this one).
+local function is_graph(v)
+  local mt = getmetatable(v)
+  return type(v) == "table" and type(mt) == "table" and mt.__name == "moonrl.reward.graph"
+end
+
+local function reward_check(v)
+  if type(v) == "function" or is_graph(v) then return nil end
+  return "an rl.reward graph or a function(ctx, batch, step) -> terms (the reward stage)"
+end
+
 local function tasks_check(v)
   if type(v) == "function" then return nil end
   if type(v) == "table" and type(v.sample) == "function" then
@@ -391,6 +402,7 @@ opt("dynamic_sampling", false, boolean)
 opt("max_sampling_tries", 4, integer(1))
 opt("tree", nil, table_of("tree", "a table {turn =, k =}"))
 -- rewards
+opt("reward", nil, reward_check)
 opt("rewards", nil, rewards_check)
 opt("overlong", nil, table_of("overlong", "a table {max_len =, buffer =, factor =, floor =}"))
 opt("kl_reward_coef", 0, number(0))
@@ -398,7 +410,9 @@ opt("kl_reward_coef", 0, number(0))
 opt("replay", nil, either(function(v) if M.is_buffer(v) then return nil end return "a replay buffer" end,
   table_of("replay", "a table {buffer =, ratio =, advantages =, correction =}")))
 -- advantages
-opt("advantage", "grpo", advantage_check)
+opt("advantage", function(c)
+  return (is_graph(c.reward) and c.reward.combine == "per_term") and "gdpo" or "grpo"
+end, advantage_check)
 opt("gamma", 1.0, number(0, 1))
 opt("lam", 1.0, number(0, 1))
 opt("step_weight", 1.0, number())
@@ -450,7 +464,6 @@ opt("eval", function() return {} end,
 -- the stages
 opt("tasks", nil, tasks_check)
 opt("rollout", nil, func)
-opt("reward", nil, func)
 opt("update", nil, func)
 opt("evaluate", nil, func)
 opt("log", nil, func)
@@ -491,6 +504,15 @@ function M.record(c)
       local names = {}
       for i, t in ipairs(require("moonrl.train.reward").terms(v)) do names[i] = t.name end
       out[k] = json.array(names)
+    elseif k == "reward" and is_graph(v) then
+      -- a watched graph by its file (a reload may change its terms), else by its terms
+      if v.source and v.source.watch then
+        out[k] = { graph = v.name, combine = v.combine, file = v.source.path }
+      else
+        local names = {}
+        for i, t in ipairs(v.terms) do names[i] = t.name end
+        out[k] = { graph = v.name, combine = v.combine, terms = json.array(names) }
+      end
     elseif type(v) == "function" then
       out[k] = "<function>"
     elseif type(v) == "table" and (k == "tasks" or k == "checkpoint") then
@@ -560,6 +582,20 @@ local function relations(c)
   if c.loss == "dro" and not (c.dro_beta and c.dro_beta > 0) then
     return "dro_beta: loss = \"dro\" needs a positive dro_beta (verl has no default)"
   end
+  if is_graph(c.reward) then
+    local g = c.reward
+    if c.rewards then return "rewards: with a reward graph (reward = g) add terms to the graph instead" end
+    if c.overlong then return "overlong: with a reward graph (reward = g) use the term rl.reward.overlong{...}" end
+    if c.gdpo then return "gdpo: with a reward graph its terms and weights are the graph's (combine = \"per_term\")" end
+    if g.combine == "per_term" and c.advantage ~= "gdpo" then
+      return string.format("advantage: the reward graph %s has combine = \"per_term\", which is GDPO: "
+        .. "leave advantage unset or \"gdpo\" (got %s)", g.name, describe(c.advantage))
+    end
+    if g.combine == "sum" and c.advantage == "gdpo" then
+      return string.format("advantage gdpo normalises each reward term: give the reward graph %s "
+        .. "combine = \"per_term\" (and leave advantage unset)", g.name)
+    end
+  end
   if c.advantage == "gdpo" and c.kl_reward_coef ~= 0 then
     return "advantage gdpo normalises the reward terms; the KL penalty of kl_reward_coef is not "
       .. "one of them (verl leaves it out too): use kl_coef"
@@ -569,7 +605,7 @@ local function relations(c)
       and c.advantage ~= "tir_optimal_token_baseline" then
     return "otb: only with advantage = \"optimal_token_baseline\" or \"tir_optimal_token_baseline\""
   end
-  if c.advantage == "gdpo" then
+  if c.advantage == "gdpo" and not is_graph(c.reward) then
     local known = advantage.gdpo_terms(c)
     local g = c.gdpo or {}
     for _, name in ipairs(g.terms or {}) do

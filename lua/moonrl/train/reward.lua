@@ -1,12 +1,12 @@
 -- moonrl.train.reward: the reward stage: each episode's reward from the environment's return, the
--- recipe's reward terms and DAPO's overlong shaping; and the KL penalty when the KL to the
--- reference is in the reward (kl_reward_coef).
+-- recipe's reward terms and DAPO's overlong shaping, or from a reward graph; and the KL penalty
+-- when the KL to the reference is in the reward (kl_reward_coef).
 --
--- The `reward` option replaces the stage: a function(ctx, batch, step) -> terms that sets every
--- episode's ep.reward (the total the advantage sees) and returns {name = mean over the batch}
--- (logged as reward/<name>). The default keeps the environment's return in ep.env_reward and
--- each episode's terms in ep.reward_terms (a replacement used with advantage = "gdpo" sets those
--- too).
+-- The `reward` option is a reward graph (rl.reward.graph, M.graph_stage) or replaces the stage:
+-- a function(ctx, batch, step) -> terms that sets every episode's ep.reward (the total the
+-- advantage sees) and returns {name = mean over the batch} (logged as reward/<name>). The default
+-- keeps the environment's return in ep.env_reward and each episode's terms in ep.reward_terms (a
+-- replacement used with advantage = "gdpo" sets those too).
 local core = require "moonrl.core"
 local score = require "moonrl.train.score"
 
@@ -67,6 +67,64 @@ function M.run(ctx, batch)
     end
   end
   return terms
+end
+
+-- ---------------------------------------------------------------- reward graphs
+
+local STATS = { "mean", "std", "skip", "error", "gated", "na", "dominance", "dead", "corr_success" }
+local JUDGE = { "calls", "hits", "errors", "timeouts", "tokens", "cost" }
+
+-- The graph's health of the batch it scored last as metrics (without the "reward/" the loop
+-- adds): <term>/{mean, std, skip, error, gated, na, dominance, dead, corr_success (when
+-- defined)}, for judges also <term>/{calls, hits, errors, timeouts, tokens, cost}; unscorable
+-- (the fraction of episodes), version.
+function M.graph_metrics(g)
+  local st = g:stats()
+  local out = { unscorable = st.unscorable, version = g.version }
+  for _, name in ipairs(st.order) do
+    local e = st.terms[name]
+    for _, k in ipairs(STATS) do
+      if e[k] ~= nil then out[name .. "/" .. k] = e[k] end
+    end
+    for _, k in ipairs(JUDGE) do
+      if e[k] ~= nil then out[name .. "/" .. k] = e[k] end
+    end
+  end
+  return out
+end
+
+-- The stage with a reward graph (reward = g): the batch scored by it (ep.reward, ep.rewards,
+-- ep.reward_terms, ep.reward_status, ep.reward_version; the environment's return stays in
+-- ep.env_reward), its per-term health returned as the step's reward metrics.
+function M.graph_stage(ctx, batch, step)
+  local g = ctx.cfg.reward
+  for _, ep in ipairs(batch.episodes) do ep.env_reward = ep.reward end
+  g:score(batch, { step = step, run = ctx })
+  return M.graph_metrics(g)
+end
+
+-- A watched graph (rl.reward.load(path, {watch = true})) reloads its file at the step boundary;
+-- an attempt is logged in the run folder's reward.log (and a refusal on stderr). Returns the
+-- attempt ({version =, accepted =, why =}) or nil when nothing changed.
+function M.boundary(ctx, step)
+  local g = ctx.cfg.reward
+  local mt = getmetatable(g)
+  if not (type(g) == "table" and mt and mt.__name == "moonrl.reward.graph") then return nil end
+  if not (g.source and g.source.watch) then return nil end
+  local changed = g:reload(step)
+  if changed == false then return nil end
+  local entry = g.reloads[#g.reloads]
+  local line = entry.accepted
+    and string.format("step %d: %s reloaded: version %d\n", step, g.source.path, entry.version)
+    or string.format("step %d: %s refused, version %d kept: %s\n", step, g.source.path, entry.version,
+      tostring(entry.why))
+  local f = io.open(ctx.dir .. "/reward.log", "a")
+  if f then
+    f:write(line)
+    f:close()
+  end
+  if not entry.accepted then io.stderr:write("train: reward: ", line) end
+  return entry
 end
 
 -- KL in the reward: each episode's score loses kl_reward_coef * its summed per-token KL from the
