@@ -36,53 +36,79 @@ static int64_t cache_floats(const mrl_kv_cache *c) {
   return (int64_t)m->cfg.layers * c->slots * c->capacity * m->kv_dim;
 }
 
-static void free_rows(mrl_kv_cache *c) {
-  mrl_engine *e = c->model->engine;
-  const mrl_model *m = c->model;
-  int64_t R = c->rows_cap, qkv_w = m->q_dim + 2 * (int64_t)m->kv_dim;
-  mrl__free(e, c->x, sizeof(float) * (size_t)(R * m->cfg.dim));
-  mrl__free(e, c->xn, sizeof(float) * (size_t)(R * m->cfg.dim));
-  mrl__free(e, c->qkv, sizeof(float) * (size_t)(R * qkv_w));
-  mrl__free(e, c->attn, sizeof(float) * (size_t)(R * m->q_dim));
-  mrl__free(e, c->gate_up, sizeof(float) * (size_t)(R * 2 * m->cfg.ffn));
-  mrl__free(e, c->hidden, sizeof(float) * (size_t)(R * m->cfg.ffn));
-  mrl__free(e, c->row_slot, sizeof(int) * (size_t)R);
-  mrl__free(e, c->row_pos, sizeof(int) * (size_t)R);
-  mrl__free(e, c->scores, sizeof(float) * (size_t)c->scores_cap);
-  c->x = c->xn = c->qkv = c->attn = c->gate_up = c->hidden = c->scores = NULL;
-  c->row_slot = c->row_pos = NULL;
-  c->rows_cap = c->scores_cap = 0;
-}
+/* The per-append buffers, for R rows (and scores for the cache's capacity). */
+typedef struct {
+  float *x, *xn, *qkv, *attn, *gate_up, *hidden, *scores;
+  int *row_slot, *row_pos;
+} row_buffers;
 
-static bool grow_rows(mrl_kv_cache *c, int64_t R) {
-  if (R <= c->rows_cap) return true;
-  free_rows(c);
+static void free_row_buffers(mrl_kv_cache *c, row_buffers *b, int64_t R, int64_t scores) {
   mrl_engine *e = c->model->engine;
   const mrl_model *m = c->model;
   int64_t qkv_w = m->q_dim + 2 * (int64_t)m->kv_dim;
+  mrl__free(e, b->x, sizeof(float) * (size_t)(R * m->cfg.dim));
+  mrl__free(e, b->xn, sizeof(float) * (size_t)(R * m->cfg.dim));
+  mrl__free(e, b->qkv, sizeof(float) * (size_t)(R * qkv_w));
+  mrl__free(e, b->attn, sizeof(float) * (size_t)(R * m->q_dim));
+  mrl__free(e, b->gate_up, sizeof(float) * (size_t)(R * 2 * m->cfg.ffn));
+  mrl__free(e, b->hidden, sizeof(float) * (size_t)(R * m->cfg.ffn));
+  mrl__free(e, b->row_slot, sizeof(int) * (size_t)R);
+  mrl__free(e, b->row_pos, sizeof(int) * (size_t)R);
+  mrl__free(e, b->scores, sizeof(float) * (size_t)scores);
+  memset(b, 0, sizeof *b);
+}
+
+/* New buffers for R rows in b, not yet the cache's (install_rows makes them so); b stays empty
+ * when the cache has room already. False when out of memory (then nothing is held). */
+static bool alloc_rows(mrl_kv_cache *c, int64_t R, row_buffers *b) {
+  memset(b, 0, sizeof *b);
+  if (R <= c->rows_cap) return true;
+  mrl_engine *e = c->model->engine;
+  const mrl_model *m = c->model;
+  int64_t qkv_w = m->q_dim + 2 * (int64_t)m->kv_dim, scores = (int64_t)c->capacity * c->capacity;
+  bool ok = (b->x = mrl__alloc(e, sizeof(float) * (size_t)(R * m->cfg.dim))) &&
+            (b->xn = mrl__alloc(e, sizeof(float) * (size_t)(R * m->cfg.dim))) &&
+            (b->qkv = mrl__alloc(e, sizeof(float) * (size_t)(R * qkv_w))) &&
+            (b->attn = mrl__alloc(e, sizeof(float) * (size_t)(R * m->q_dim))) &&
+            (b->gate_up = mrl__alloc(e, sizeof(float) * (size_t)(R * 2 * m->cfg.ffn))) &&
+            (b->hidden = mrl__alloc(e, sizeof(float) * (size_t)(R * m->cfg.ffn))) &&
+            (b->row_slot = mrl__alloc(e, sizeof(int) * (size_t)R)) &&
+            (b->row_pos = mrl__alloc(e, sizeof(int) * (size_t)R)) &&
+            (b->scores = mrl__alloc(e, sizeof(float) * (size_t)scores));
+  if (!ok) free_row_buffers(c, b, R, scores);
+  return ok;
+}
+
+/* The cache's buffers for the current rows_cap. */
+static row_buffers current_rows(const mrl_kv_cache *c) {
+  return (row_buffers){c->x,      c->xn,     c->qkv,     c->attn,   c->gate_up,
+                       c->hidden, c->scores, c->row_slot, c->row_pos};
+}
+
+/* Replaces the cache's buffers by those of alloc_rows (for R rows), if it made any. */
+static void install_rows(mrl_kv_cache *c, int64_t R, row_buffers *b) {
+  if (!b->x) return;
+  row_buffers old = current_rows(c);
+  free_row_buffers(c, &old, c->rows_cap, c->scores_cap);
+  c->x = b->x;
+  c->xn = b->xn;
+  c->qkv = b->qkv;
+  c->attn = b->attn;
+  c->gate_up = b->gate_up;
+  c->hidden = b->hidden;
+  c->scores = b->scores;
+  c->row_slot = b->row_slot;
+  c->row_pos = b->row_pos;
   c->rows_cap = R;
   c->scores_cap = (int64_t)c->capacity * c->capacity;
-  c->x = mrl__alloc(e, sizeof(float) * (size_t)(R * m->cfg.dim));
-  c->xn = mrl__alloc(e, sizeof(float) * (size_t)(R * m->cfg.dim));
-  c->qkv = mrl__alloc(e, sizeof(float) * (size_t)(R * qkv_w));
-  c->attn = mrl__alloc(e, sizeof(float) * (size_t)(R * m->q_dim));
-  c->gate_up = mrl__alloc(e, sizeof(float) * (size_t)(R * 2 * m->cfg.ffn));
-  c->hidden = mrl__alloc(e, sizeof(float) * (size_t)(R * m->cfg.ffn));
-  c->row_slot = mrl__alloc(e, sizeof(int) * (size_t)R);
-  c->row_pos = mrl__alloc(e, sizeof(int) * (size_t)R);
-  c->scores = mrl__alloc(e, sizeof(float) * (size_t)c->scores_cap);
-  if (c->x && c->xn && c->qkv && c->attn && c->gate_up && c->hidden && c->row_slot && c->row_pos &&
-      c->scores)
-    return true;
-  free_rows(c);
-  return false;
 }
 
 void mrl_kv_cache_free(mrl_kv_cache *c) {
   if (!c) return;
   mrl_engine *e = c->model->engine;
   int64_t V = c->model->cfg.vocab;
-  free_rows(c);
+  row_buffers rows = current_rows(c);
+  free_row_buffers(c, &rows, c->rows_cap, c->scores_cap);
   mrl__free(e, c->keys, sizeof(float) * (size_t)cache_floats(c));
   mrl__free(e, c->values, sizeof(float) * (size_t)cache_floats(c));
   mrl__free(e, c->length, sizeof(int) * (size_t)c->slots);
@@ -249,8 +275,17 @@ mrl_status mrl_kv_cache_append(mrl_kv_cache *c, int n, const int *slots, const i
                          cfg->vocab - 1);
     R += counts[i];
   }
-  if (!grow_rows(c, R)) return mrl__fail(e, MRL_ERR_NOMEM, fn, "cannot allocate %lld rows",
-                                         (long long)R);
+  /* every step that can fail, before the cache changes (the rows, then the logits) */
+  int64_t V = cfg->vocab;
+  row_buffers fresh;
+  if (!alloc_rows(c, R, &fresh))
+    return mrl__fail(e, MRL_ERR_NOMEM, fn, "cannot allocate %lld rows", (long long)R);
+  float *block = mrl__model_scratch(m, SCRATCH_HEAD, (int64_t)n * V);
+  if (!block) {
+    free_row_buffers(c, &fresh, R, (int64_t)c->capacity * c->capacity);
+    return mrl__fail(e, MRL_ERR_NOMEM, fn, "cannot allocate logits");
+  }
+  install_rows(c, R, &fresh);
   int64_t D = cfg->dim, F = cfg->ffn, qkv_w = m->q_dim + 2 * (int64_t)m->kv_dim;
   int half = m->head_dim / 2;
   const float *W = m->weights;
@@ -298,20 +333,17 @@ mrl_status mrl_kv_cache_append(mrl_kv_cache *c, int n, const int *slots, const i
     mrl__swiglu(c->hidden, c->gate_up, R, F);
     mrl__gemm(false, true, R, D, F, 1.0f, c->hidden, F, W + P->w_down, F, 1.0f, c->x, D);
   }
-  /* logits after the last token of each run; the final norm of those rows goes into xn */
-  int64_t V = cfg->vocab;
+  /* logits after the last token of each run: the final norm of those rows into xn, one product
+   * for all runs, then each slot's row into place */
   for (int i = 0, r = 0; i < n; i++) {
     r += counts[i];
     rmsnorm_rows(c->xn + (int64_t)i * D, c->x + (int64_t)(r - 1) * D, W + m->final_norm, 1, D,
                  cfg->norm_eps);
-    c->length[slots[i]] += counts[i];
   }
-  /* one product for all runs, then each slot's row into place */
-  float *block = mrl__model_scratch(m, SCRATCH_HEAD, (int64_t)n * V);
-  if (!block) return mrl__fail(e, MRL_ERR_NOMEM, fn, "cannot allocate logits");
   mrl__gemm(false, true, n, V, D, 1.0f, c->xn, D, W + m->lm_head, D, 0.0f, block, V);
   for (int i = 0; i < n; i++) {
     memcpy(c->logits + (int64_t)slots[i] * V, block + (int64_t)i * V, sizeof(float) * (size_t)V);
+    c->length[slots[i]] += counts[i];
     c->has_logits[slots[i]] = true;
   }
   return MRL_OK;
@@ -401,6 +433,17 @@ mrl_status mrl_kv_cache_sample(mrl_kv_cache *c, int n, const int *slots,
                        slots[i]);
   }
   int64_t V = c->model->cfg.vocab;
+  /* logits that are not finite have no distribution to draw from (and the comparisons of the
+   * sort would not order them): refused before any slot draws */
+  for (int i = 0; i < n; i++) {
+    const float *z = c->logits + (int64_t)slots[i] * V;
+    for (int64_t j = 0; j < V; j++)
+      if (!isfinite(z[j]))
+        return mrl__fail(e, MRL_ERR_INVALID, fn,
+                         "slot %d: logit %lld is %s; the model's outputs are not finite (NaN or "
+                         "infinite weights or activations)",
+                         slots[i], (long long)j, isnan(z[j]) ? "NaN" : "infinite");
+  }
   for (int i = 0; i < n; i++) {
     float lp;
     tokens[i] = sample_one(c, c->logits + (int64_t)slots[i] * V, V, sampling, &c->rng[slots[i]],
