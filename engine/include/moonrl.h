@@ -11,7 +11,9 @@
  * - Dimensions are 0-based; a negative dimension counts from the end (-1 is the last).
  * - Ownership is stated on every function that returns a pointer. "Caller owns" means: free it
  *   with the named `_free` function. "Borrowed" means: do not free; valid for as long as stated.
- * - An engine and everything made from it are used by one thread at a time.
+ * - An engine and everything made from it are used by one thread at a time. Engines are
+ *   independent: several threads may each use their own engine at once. An engine runs parts
+ *   of its work on threads of its own (mrl_engine_set_threads) while a call lasts.
  * - Lua-facing APIs (the `moonrl` Lua module) are 1-based; this C API is 0-based.
  */
 #ifndef MOONRL_H
@@ -94,6 +96,16 @@ MRL_API mrl_status mrl_engine_set_memory_limit(mrl_engine *e, size_t bytes);
 MRL_API size_t mrl_engine_memory_used(const mrl_engine *e);
 MRL_API size_t mrl_engine_memory_peak(const mrl_engine *e);
 
+/* Threads the engine's own work runs on: the calling thread plus threads - 1 workers, which
+ * compute attention (per sequence and head, in the model's forward and backward passes and in
+ * KV-cache appends) and sampling (per slot). 0 means the online cores, the default. The workers
+ * start when a call first needs them and are joined when the engine's memory goes (or the count
+ * changes); starting them can fail that call with MRL_ERR_NOMEM. Results do not depend on the
+ * count: each piece of work is done whole by one thread. OpenBLAS's threads, which the matrix
+ * products on the calling thread use, are separate (mrl_blas_set_threads). */
+MRL_API mrl_status mrl_engine_set_threads(mrl_engine *e, int threads);
+MRL_API int mrl_engine_threads(const mrl_engine *e); /* -1 for NULL */
+
 /* The engine's default RNG (seeded with 0 at creation). Borrowed: lives as long as the engine. */
 MRL_API mrl_rng *mrl_engine_rng(mrl_engine *e);
 
@@ -128,7 +140,7 @@ MRL_API mrl_status mrl_blas_info(const char **core, int *threads, const char **c
  * before OpenBLAS is loaded (that is, before main, so re-exec or set it in the launcher). */
 MRL_API const char *mrl_blas_recommended_coretype(void);
 
-/* Sets the number of OpenBLAS threads (process-wide). */
+/* Sets the number of OpenBLAS threads (process-wide; the engine itself never changes it). */
 MRL_API mrl_status mrl_blas_set_threads(int threads);
 
 /* ---- tensors -----------------------------------------------------------------------------
