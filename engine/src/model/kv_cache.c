@@ -1,6 +1,7 @@
 /* kv_cache.c - incremental decoding: a key/value cache for many sequences, batched appends of
- * ragged token runs (prompts, sampled tokens, observations), and sampling (temperature, top-k,
- * top-p, min-p, greedy) with one random stream per sequence. */
+ * ragged token runs (prompts, sampled tokens, observations) through the decoder blocks of
+ * block.c, and sampling (temperature, top-k, top-p, min-p, greedy) with one random stream per
+ * sequence. */
 #include "model.h"
 
 #include <math.h>
@@ -15,10 +16,10 @@ struct mrl_kv_cache {
   bool *has_logits;      /* the slot's logits are those after its last token */
   float *logits;         /* slots x vocab */
   struct mrl_rng *rng;   /* one stream per slot */
+  mrl_block_seq *seq;    /* slots: the runs of an append, as the block sees them */
   /* per-append scratch, grown to the largest append */
   int64_t rows_cap;
   float *x, *xn, *qkv, *attn, *gate_up, *hidden, *scores;
-  int *row_slot, *row_pos;
   int64_t scores_cap;
   /* sampling scratch: vocab-sized */
   float *probs;
@@ -39,7 +40,6 @@ static int64_t cache_floats(const mrl_kv_cache *c) {
 /* The per-append buffers, for R rows (and scores for the cache's capacity). */
 typedef struct {
   float *x, *xn, *qkv, *attn, *gate_up, *hidden, *scores;
-  int *row_slot, *row_pos;
 } row_buffers;
 
 static void free_row_buffers(mrl_kv_cache *c, row_buffers *b, int64_t R, int64_t scores) {
@@ -52,8 +52,6 @@ static void free_row_buffers(mrl_kv_cache *c, row_buffers *b, int64_t R, int64_t
   mrl__free(e, b->attn, sizeof(float) * (size_t)(R * m->q_dim));
   mrl__free(e, b->gate_up, sizeof(float) * (size_t)(R * 2 * m->cfg.ffn));
   mrl__free(e, b->hidden, sizeof(float) * (size_t)(R * m->cfg.ffn));
-  mrl__free(e, b->row_slot, sizeof(int) * (size_t)R);
-  mrl__free(e, b->row_pos, sizeof(int) * (size_t)R);
   mrl__free(e, b->scores, sizeof(float) * (size_t)scores);
   memset(b, 0, sizeof *b);
 }
@@ -72,8 +70,6 @@ static bool alloc_rows(mrl_kv_cache *c, int64_t R, row_buffers *b) {
             (b->attn = mrl__alloc(e, sizeof(float) * (size_t)(R * m->q_dim))) &&
             (b->gate_up = mrl__alloc(e, sizeof(float) * (size_t)(R * 2 * m->cfg.ffn))) &&
             (b->hidden = mrl__alloc(e, sizeof(float) * (size_t)(R * m->cfg.ffn))) &&
-            (b->row_slot = mrl__alloc(e, sizeof(int) * (size_t)R)) &&
-            (b->row_pos = mrl__alloc(e, sizeof(int) * (size_t)R)) &&
             (b->scores = mrl__alloc(e, sizeof(float) * (size_t)scores));
   if (!ok) free_row_buffers(c, b, R, scores);
   return ok;
@@ -81,8 +77,7 @@ static bool alloc_rows(mrl_kv_cache *c, int64_t R, row_buffers *b) {
 
 /* The cache's buffers for the current rows_cap. */
 static row_buffers current_rows(const mrl_kv_cache *c) {
-  return (row_buffers){c->x,      c->xn,     c->qkv,     c->attn,   c->gate_up,
-                       c->hidden, c->scores, c->row_slot, c->row_pos};
+  return (row_buffers){c->x, c->xn, c->qkv, c->attn, c->gate_up, c->hidden, c->scores};
 }
 
 /* Replaces the cache's buffers by those of alloc_rows (for R rows), if it made any. */
@@ -97,8 +92,6 @@ static void install_rows(mrl_kv_cache *c, int64_t R, row_buffers *b) {
   c->gate_up = b->gate_up;
   c->hidden = b->hidden;
   c->scores = b->scores;
-  c->row_slot = b->row_slot;
-  c->row_pos = b->row_pos;
   c->rows_cap = R;
   c->scores_cap = (int64_t)c->capacity * c->capacity;
 }
@@ -115,6 +108,7 @@ void mrl_kv_cache_free(mrl_kv_cache *c) {
   mrl__free(e, c->has_logits, sizeof(bool) * (size_t)c->slots);
   mrl__free(e, c->logits, sizeof(float) * (size_t)(c->slots * V));
   mrl__free(e, c->rng, sizeof(struct mrl_rng) * (size_t)c->slots);
+  mrl__free(e, c->seq, sizeof(mrl_block_seq) * (size_t)c->slots);
   mrl__free(e, c->probs, sizeof(float) * (size_t)V);
   mrl__free(e, c->order, sizeof(struct candidate) * (size_t)V);
   mrl__free(e, c, sizeof *c);
@@ -145,10 +139,11 @@ mrl_status mrl_kv_cache_new(mrl_model *m, int slots, int capacity, mrl_kv_cache 
   c->has_logits = mrl__alloc(e, sizeof(bool) * (size_t)slots);
   c->logits = mrl__alloc(e, sizeof(float) * (size_t)(slots * V));
   c->rng = mrl__alloc(e, sizeof(struct mrl_rng) * (size_t)slots);
+  c->seq = mrl__alloc(e, sizeof(mrl_block_seq) * (size_t)slots);
   c->probs = mrl__alloc(e, sizeof(float) * (size_t)V);
   c->order = mrl__alloc(e, sizeof(struct candidate) * (size_t)V);
   if (!c->keys || !c->values || !c->length || !c->has_logits || !c->logits || !c->rng ||
-      !c->probs || !c->order) {
+      !c->seq || !c->probs || !c->order) {
     mrl_kv_cache_free(c);
     return mrl__fail(e, MRL_ERR_NOMEM, fn, "cannot allocate a cache of %d x %d tokens", slots,
                      capacity);
@@ -213,38 +208,6 @@ mrl_status mrl_kv_cache_copy(mrl_kv_cache *c, int src, int dst, uint64_t seed) {
   return MRL_OK;
 }
 
-/* Attention for the `count` appended rows of one slot starting at row r0, all heads. */
-static void run_attention(mrl_kv_cache *c, int layer, int slot, int64_t r0, int count) {
-  const mrl_model *m = c->model;
-  int hd = m->head_dim, group = m->cfg.heads / m->cfg.kv_heads;
-  int64_t qkv_w = m->q_dim + 2 * (int64_t)m->kv_dim;
-  int first = c->row_pos[r0], keys = first + count;
-  float scale = 1.0f / sqrtf((float)hd);
-  const float *K = cache_row(c, c->keys, layer, slot, 0);
-  const float *Vv = cache_row(c, c->values, layer, slot, 0);
-  for (int h = 0; h < m->cfg.heads; h++) {
-    int g = h / group;
-    const float *q = c->qkv + r0 * qkv_w + (int64_t)h * hd;
-    /* scores (count, keys) = q k^T over the slot's cached keys */
-    mrl__gemm(false, true, count, keys, hd, scale, q, qkv_w, K + (int64_t)g * hd, m->kv_dim, 0.0f,
-              c->scores, keys);
-    for (int i = 0; i < count; i++) /* row i sees keys 0 .. first + i */
-      mrl__softmax_causal(c->scores + (int64_t)i * keys, first + i, keys);
-    mrl__gemm(false, false, count, hd, keys, 1.0f, c->scores, keys, Vv + (int64_t)g * hd,
-              m->kv_dim, 0.0f, c->attn + r0 * m->q_dim + (int64_t)h * hd, m->q_dim);
-  }
-}
-
-static void rmsnorm_rows(float *out, const float *x, const float *w, int64_t n, int64_t d,
-                         float eps) {
-  for (int64_t i = 0; i < n; i++) {
-    double ss = 0.0;
-    for (int64_t j = 0; j < d; j++) ss += (double)x[i * d + j] * x[i * d + j];
-    float r = (float)(1.0 / sqrt(ss / (double)d + (double)eps));
-    for (int64_t j = 0; j < d; j++) out[i * d + j] = x[i * d + j] * r * w[j];
-  }
-}
-
 mrl_status mrl_kv_cache_append(mrl_kv_cache *c, int n, const int *slots, const int32_t *tokens,
                                const int *counts) {
   const char *fn = "mrl_kv_cache_append";
@@ -286,59 +249,31 @@ mrl_status mrl_kv_cache_append(mrl_kv_cache *c, int n, const int *slots, const i
     return mrl__fail(e, MRL_ERR_NOMEM, fn, "cannot allocate logits");
   }
   install_rows(c, R, &fresh);
-  int64_t D = cfg->dim, F = cfg->ffn, qkv_w = m->q_dim + 2 * (int64_t)m->kv_dim;
-  int half = m->head_dim / 2;
+  int64_t D = cfg->dim;
   const float *W = m->weights;
-  for (int i = 0, r = 0; i < n; i++)
-    for (int k = 0; k < counts[i]; k++, r++) {
-      c->row_slot[r] = slots[i];
-      c->row_pos[r] = c->length[slots[i]] + k;
-      memcpy(c->x + (int64_t)r * D, W + m->embed + (int64_t)tokens[r] * D,
+  for (int i = 0, r = 0; i < n; r += counts[i], i++) {
+    c->seq[i] = (mrl_block_seq){.row = r, .rows = counts[i], .len = counts[i],
+                                .pos = c->length[slots[i]]};
+    for (int k = 0; k < counts[i]; k++)
+      memcpy(c->x + (int64_t)(r + k) * D, W + m->embed + (int64_t)tokens[r + k] * D,
              sizeof(float) * (size_t)D);
-    }
+  }
+  mrl_block_io io = {.rows = R, .nseq = n, .seq = c->seq, .x = c->x, .x_mid = c->x,
+                     .x_out = c->x, .xn = c->xn, .qkv = c->qkv, .attn = c->attn,
+                     .gate_up = c->gate_up, .hidden = c->hidden, .work = c->scores};
   for (int l = 0; l < cfg->layers; l++) {
-    const mrl_layer_params *P = &m->layer[l];
-    rmsnorm_rows(c->xn, c->x, W + P->attn_norm, R, D, cfg->norm_eps);
-    mrl__gemm(false, true, R, qkv_w, D, 1.0f, c->xn, D, W + P->wq, D, 0.0f, c->qkv, qkv_w);
-    for (int64_t r = 0; r < R; r++) {
-      float *row = c->qkv + r * qkv_w;
-      if (cfg->qkv_bias) {
-        for (int j = 0; j < m->q_dim; j++) row[j] += W[P->bq + j];
-        for (int j = 0; j < m->kv_dim; j++) row[m->q_dim + j] += W[P->bk + j];
-        for (int j = 0; j < m->kv_dim; j++) row[m->q_dim + m->kv_dim + j] += W[P->bv + j];
-      }
-      if (cfg->qk_norm) {
-        rmsnorm_rows(row, row, W + P->q_norm, cfg->heads, m->head_dim, cfg->norm_eps);
-        rmsnorm_rows(row + m->q_dim, row + m->q_dim, W + P->k_norm, cfg->kv_heads, m->head_dim,
-                     cfg->norm_eps);
-      }
-      int pos = c->row_pos[r];
-      const float *cs = m->rope_cos + (int64_t)pos * half, *sn = m->rope_sin + (int64_t)pos * half;
-      mrl__rope(row, cfg->heads, m->head_dim, cs, sn, 1.0f);
-      mrl__rope(row + m->q_dim, cfg->kv_heads, m->head_dim, cs, sn, 1.0f);
-      memcpy(cache_row(c, c->keys, l, c->row_slot[r], pos), row + m->q_dim,
-             sizeof(float) * (size_t)m->kv_dim);
-      memcpy(cache_row(c, c->values, l, c->row_slot[r], pos), row + m->q_dim + m->kv_dim,
-             sizeof(float) * (size_t)m->kv_dim);
+    for (int i = 0; i < n; i++) {
+      c->seq[i].k = cache_row(c, c->keys, l, slots[i], 0);
+      c->seq[i].v = cache_row(c, c->values, l, slots[i], 0);
     }
-    int threads = mrl__blas_single();
-    for (int i = 0, r0 = 0; i < n; r0 += counts[i], i++)
-      run_attention(c, l, slots[i], r0, counts[i]);
-    mrl__blas_restore(threads);
-    mrl__gemm(false, true, R, D, m->q_dim, 1.0f, c->attn, m->q_dim, W + P->wo, m->q_dim, 1.0f,
-              c->x, D);
-    rmsnorm_rows(c->xn, c->x, W + P->mlp_norm, R, D, cfg->norm_eps);
-    mrl__gemm(false, true, R, 2 * F, D, 1.0f, c->xn, D, W + P->w_gate, D, 0.0f, c->gate_up,
-              2 * F);
-    mrl__swiglu(c->hidden, c->gate_up, R, F);
-    mrl__gemm(false, true, R, D, F, 1.0f, c->hidden, F, W + P->w_down, F, 1.0f, c->x, D);
+    mrl__block_forward(m, l, &io);
   }
   /* logits after the last token of each run: the final norm of those rows into xn, one product
    * for all runs, then each slot's row into place */
   for (int i = 0, r = 0; i < n; i++) {
     r += counts[i];
-    rmsnorm_rows(c->xn + (int64_t)i * D, c->x + (int64_t)(r - 1) * D, W + m->final_norm, 1, D,
-                 cfg->norm_eps);
+    mrl__rmsnorm(c->xn + (int64_t)i * D, NULL, c->x + (int64_t)(r - 1) * D, W + m->final_norm, 1,
+                 D, cfg->norm_eps);
   }
   mrl__gemm(false, true, n, V, D, 1.0f, c->xn, D, W + m->lm_head, D, 0.0f, block, V);
   for (int i = 0; i < n; i++) {

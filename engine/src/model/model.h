@@ -1,6 +1,7 @@
 /* model.h - the policy model's internals shared by its source files (model.c: layout and
- * lifetime; model_forward.c / model_backward.c: the maths; model_io.c: Hugging Face files).
- * Not installed. */
+ * lifetime; block.c: the decoder block; attention.c: its attention; model_forward.c /
+ * model_backward.c: the passes over a batch; kv_cache.c: incremental decoding; model_io.c:
+ * Hugging Face files). Not installed. */
 #ifndef MRL_MODEL_H
 #define MRL_MODEL_H
 
@@ -84,6 +85,7 @@ struct mrl_activations {
   int64_t rows_cap, probs_cap; /* sizes the buffers were allocated for */
   bool valid;                  /* a forward ran and no weight changed since */
   int32_t *tokens, *lengths;   /* copies of the batch */
+  struct mrl_block_seq *seqs;  /* the batch's sequences as the block sees them (rows_cap) */
   float *x;           /* (layers + 1) x n x dim: residual stream; x[layers] feeds the final norm */
   float *rstd_attn;   /* layers x n */
   float *qkv;         /* layers x n x (q_dim + 2 kv_dim): q | k | v per row, after RoPE */
@@ -102,6 +104,54 @@ enum { MRL_HEAD_BLOCK = 64 }; /* rows of logits the LM head computes at a time *
 /* Query rows per attention block: a block multiplies only the keys up to its last row, skipping
  * most of the causally masked upper triangle (at T = 256, 3/4 of the full product). */
 enum { MRL_ATTN_BLOCK = 128 };
+
+/* One sequence's rows in a call of mrl__block_forward: rows [row, row + rows) of the call, at
+ * positions pos, pos + 1, ...; the first len are real tokens, the rest right padding (their
+ * attention output is zero and nothing attends to them). Row t attends to positions 0 .. pos + t.
+ * Keys and values: with k == NULL they are the sequence's own rows of qkv (pos is 0: training);
+ * otherwise k and v hold position p's key and value at k + p kv_dim (a KV-cache slot of this
+ * layer), positions before pos are there already, and the block writes those of its rows. */
+typedef struct mrl_block_seq {
+  int64_t row;
+  int rows, len, pos;
+  float *k, *v;
+  float *probs; /* kept attention probabilities, heads x rows x probs_width; NULL: not kept */
+} mrl_block_seq;
+
+/* A block's rows and buffers. Kept activations (the backward pass's) are those pointers given;
+ * NULL ones are not kept. */
+typedef struct mrl_block_io {
+  int64_t rows;
+  int nseq;
+  const mrl_block_seq *seq;
+  float *x;           /* (rows, dim) input of the block */
+  float *x_mid;       /* (rows, dim) residual after attention; may be x */
+  float *x_out;       /* (rows, dim) output; may be x_mid */
+  float *xn;          /* (rows, dim) scratch: normalised inputs of the projections */
+  float *qkv;         /* (rows, q_dim + 2 kv_dim) q | k | v after RoPE */
+  float *attn;        /* (rows, q_dim) attention output */
+  float *gate_up;     /* (rows, 2 ffn) */
+  float *hidden;      /* (rows, ffn) scratch */
+  float *rstd_attn, *rstd_mlp;  /* (rows) RMSNorm scales, kept or NULL */
+  float *qk_pre, *rstd_qk;      /* (rows, q_dim + kv_dim) and (rows, heads + kv_heads) (qk_norm) */
+  int probs_width;    /* row length of the kept probabilities */
+  float *work;        /* mrl__attn_forward_ref_work floats, for sequences without kept probabilities */
+} mrl_block_io;
+
+/* One decoder block, layer `layer`, over io's rows. Cannot fail: every buffer is the caller's. */
+void mrl__block_forward(mrl_model *m, int layer, const mrl_block_io *io);
+
+/* attention.c: one head of one sequence. q (rows, hd; row stride ldq) are queries at positions
+ * pos .. pos + rows - 1; k, v (pos + rows, hd; ldkv) the keys and values of positions 0 ..
+ * pos + rows - 1. out (rows, hd; ldo) = softmax(q k^T / sqrt(hd), causal) v; probs (rows, ldp),
+ * when not NULL, receives the probabilities, zero past each row's range up to width (else the
+ * scores go into work, rows x (pos + rows) floats). */
+int64_t mrl__attn_forward_ref_work(int rows, int keys);
+void mrl__attn_forward_ref(float *out, int64_t ldo, float *probs, int64_t ldp, int width,
+                           const float *q, int64_t ldq, const float *k, const float *v,
+                           int64_t ldkv, int rows, int pos, int hd, float *work);
+/* dst[0..last] = softmax(src[0..last]), dst[last + 1 .. width) = 0; dst may be src. */
+void mrl__softmax_causal(float *dst, const float *src, int last, int width);
 
 /* Row-major C = alpha op(A) op(B) + beta C through OpenBLAS (or the reference kernel). */
 void mrl__gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const float *a,
@@ -130,13 +180,19 @@ float *mrl__model_scratch(mrl_model *m, mrl_scratch_slot slot, int64_t floats);
 /* Frees the activations kept for backward (model_forward.c). */
 void mrl__model_free_activations(mrl_model *m);
 
-/* model_forward.c pieces the backward pass and the KV cache reuse. */
+/* block.c row kernels. RMSNorm: out (n, d) = x / rms(x) * w, and rstd (n) = 1 / rms(x) unless
+ * NULL; out may be x. _apply: the same from a kept rstd (the backward pass recomputes it). */
+void mrl__rmsnorm(float *out, float *rstd, const float *x, const float *w, int64_t n, int64_t d,
+                  float eps);
 void mrl__rmsnorm_apply(float *out, const float *rstd, const float *x, const float *w, int64_t n,
                         int64_t d);
+/* Rotates each head of one row (heads x hd, row stride hd) by the angles of one position; sign
+ * -1 rotates back (the backward pass). Pairs are (i, i + hd/2) as in Hugging Face. */
 void mrl__rope(float *v, int heads, int hd, const float *cos_t, const float *sin_t, float sign);
+/* hidden (n, f) = silu(gate) * up, from rows of gate | up (n, 2f) */
 void mrl__swiglu(float *hidden, const float *gate_up, int64_t n, int64_t f);
-/* row[0..last] = softmax(row[0..last]) in place, row[last + 1 .. width) = 0. */
-void mrl__softmax_causal(float *row, int last, int width);
+
+/* model_forward.c pieces the backward pass and the KV cache reuse. */
 mrl_status mrl__model_check_head(mrl_model *m, const char *fn, const int32_t *targets);
 void mrl__model_head_logits(mrl_model *m, float *out, int64_t r0, int64_t rows);
 void mrl__row_stats(const float *z, int64_t V, float *lse, float *entropy);
