@@ -461,12 +461,12 @@ MRL_API int mrl_kv_cache_length(const mrl_kv_cache *c, int slot); /* -1 for bad 
  * slot is listed at most once. On failure no slot changes (lengths, logits). */
 MRL_API mrl_status mrl_kv_cache_append(mrl_kv_cache *c, int n, const int *slots,
                                        const int32_t *tokens, const int *counts);
-/* Draws the next token of each listed slot (it is not appended). logprobs (may be NULL) gets the
- * token's log-probability under the temperature-scaled distribution before top-k/top-p/min-p
- * (the behaviour log-probability; temperature 0 scores at temperature 1). Logits that are not
- * finite (NaN or infinite weights or activations) fail the call with MRL_ERR_INVALID and a
- * message naming the slot. On failure nothing is drawn: no stream advances and tokens/logprobs
- * are not written. */
+/* Draws the next token of each listed slot (it is not appended); a slot is listed at most once.
+ * logprobs (may be NULL) gets the token's log-probability under the temperature-scaled
+ * distribution before top-k/top-p/min-p (the behaviour log-probability; temperature 0 scores at
+ * temperature 1). Logits that are not finite (NaN or infinite weights or activations) fail the
+ * call with MRL_ERR_INVALID and a message naming the slot. On failure nothing is drawn: no
+ * stream advances and tokens/logprobs are not written. */
 MRL_API mrl_status mrl_kv_cache_sample(mrl_kv_cache *c, int n, const int *slots,
                                        const mrl_sampling *sampling, int32_t *tokens,
                                        float *logprobs);

@@ -1,7 +1,7 @@
 /* test_kv_cache.c - incremental decoding against the full forward pass (one run, token by token,
  * ragged batches), and sampling: greedy, seeds per sequence independent of the batch, behaviour
  * log-probabilities, and the support of top-k / top-p / min-p; argument errors; allocation
- * failures in appends that change nothing; non-finite logits refused. */
+ * failures in appends and sampling that change nothing; non-finite logits refused. */
 #include "model.h"
 #include "support.h"
 
@@ -352,14 +352,17 @@ static slot_state state_of(const mrl_kv_cache *c) {
   return st;
 }
 
-/* The cache of the sweeps: slot 0 holds 3 tokens (the larger buffers the swept calls need are
- * not there yet). */
+/* The cache of both sweeps: slot 0 holds 3 tokens, appended on one thread (so the workers and
+ * the larger buffers the swept calls need are not there yet); then 3 threads. */
 static mrl_kv_cache *sweep_cache(mrl_engine *e, mrl_model **m, const int32_t *t) {
+  MUST(mrl_engine_set_threads(e, 1));
   *m = make_model("qwen3", e, 21);
   mrl_kv_cache *c = NULL;
   MUST(mrl_kv_cache_new(*m, 3, CTX, &c));
   int slot = 0, three = 3;
   MUST(mrl_kv_cache_append(c, 1, &slot, t, &three));
+  MUST(mrl_engine_set_threads(e, 3));
+  e->pool_min_work = 0;
   return c;
 }
 
@@ -411,11 +414,68 @@ static void test_append_allocation_failures(void) {
   mrl_engine_free(plain);
 }
 
+/* Sampling that fails at any allocation (the workers, their scratch) draws nothing: the streams
+ * are as they were, so the call that then succeeds draws what a call that never failed draws. */
+static void test_sample_allocation_failures(void) {
+  int32_t t[3 + 6 + 5];
+  tokens_of(t, 14, 32);
+  int slots[3] = {2, 0, 1}, counts[2] = {6, 5};
+  mrl_sampling s = {.temperature = 1.0f, .top_k = 9, .top_p = 0.9f};
+  mrl_engine *plain = new_engine();
+  mrl_model *pm;
+  mrl_kv_cache *pc = sweep_cache(plain, &pm, t);
+  MUST(mrl_kv_cache_append(pc, 2, slots + 1, t + 3, counts));
+  MUST(mrl_kv_cache_copy(pc, 0, 2, 99));
+  int32_t want[3];
+  float want_lp[3];
+  MUST(mrl_kv_cache_sample(pc, 3, slots, &s, want, want_lp));
+
+  counting_alloc ca;
+  mrl_engine *e = new_counting_engine(&ca);
+  mrl_model *m;
+  mrl_kv_cache *c = sweep_cache(e, &m, t);
+  MUST(mrl_kv_cache_append(c, 2, slots + 1, t + 3, counts));
+  MUST(mrl_kv_cache_copy(c, 0, 2, 99));
+  MUST(mrl_engine_set_threads(e, 2)); /* joins the workers the append started */
+  MUST(mrl_engine_set_threads(e, 3));
+  long k, failures = 0;
+  int32_t got[3];
+  float got_lp[3];
+  for (k = 0; k < 100; k++) {
+    size_t used = mrl_engine_memory_used(e);
+    for (int i = 0; i < 3; i++) {
+      got[i] = -7;
+      got_lp[i] = 7.0f;
+    }
+    counting_alloc_arm(&ca, k);
+    mrl_status st = mrl_kv_cache_sample(c, 3, slots, &s, got, got_lp);
+    counting_alloc_arm(&ca, -1);
+    if (st == MRL_OK) break;
+    failures++;
+    CHECKF(st == MRL_ERR_NOMEM && strstr(mrl_engine_last_error(e), "allocate"),
+           "request %ld failing: status %d, message \"%s\"", k, st, mrl_engine_last_error(e));
+    CHECKF(got[0] == -7 && got_lp[2] == 7.0f, "request %ld failing: outputs written", k);
+    CHECKF(mrl_engine_memory_used(e) == used, "request %ld failing: memory %zu -> %zu", k, used,
+           mrl_engine_memory_used(e));
+  }
+  CHECKF(k < 100 && failures >= 3, "%ld failing samples", failures);
+  CHECK(memcmp(got, want, sizeof got) == 0 && memcmp(got_lp, want_lp, sizeof got_lp) == 0);
+  mrl_kv_cache_free(c);
+  mrl_model_free(m);
+  mrl_engine_free(e);
+  CHECKF(ca.live == 0 && ca.bad_frees == 0, "%ld blocks live, %ld bad frees", ca.live, ca.bad_frees);
+  mrl_kv_cache_free(pc);
+  mrl_model_free(pm);
+  mrl_engine_free(plain);
+}
+
 /* NaN in the weights: sampling refuses the slots whose logits are not finite, with a message,
  * writes nothing and advances no stream (it used to hand NaNs to qsort, whose comparison then
  * did not order them); the slots with finite logits still sample. */
 static void test_nan_weights_fail_sampling(void) {
   mrl_engine *e = new_engine();
+  MUST(mrl_engine_set_threads(e, 2));
+  e->pool_min_work = 0;
   mrl_model *m = make_model("qwen2", e, 6);
   mrl_kv_cache *c = NULL, *fresh = NULL;
   MUST(mrl_kv_cache_new(m, 3, CTX, &c));
@@ -471,6 +531,23 @@ static void test_nan_weights_fail_sampling(void) {
   mrl_engine_free(e);
 }
 
+static void test_sample_duplicate_slots(void) {
+  mrl_engine *e = new_engine();
+  mrl_model *m = make_model("llama", e, 2);
+  mrl_kv_cache *c = NULL;
+  MUST(mrl_kv_cache_new(m, 2, CTX, &c));
+  int32_t t[2] = {1, 2};
+  int slot = 1, two = 2, twice[2] = {1, 1};
+  MUST(mrl_kv_cache_append(c, 1, &slot, t, &two));
+  mrl_sampling s = {.temperature = 1.0f};
+  int32_t tok[2];
+  CHECK_FAILS(e, MRL_ERR_INVALID, "slot 1 is listed twice",
+              mrl_kv_cache_sample(c, 2, twice, &s, tok, NULL));
+  mrl_kv_cache_free(c);
+  mrl_model_free(m);
+  mrl_engine_free(e);
+}
+
 static const test_case tests[] = {
     {"copy_slot", test_copy_slot},
     {"matches_forward_llama", test_matches_forward_llama},
@@ -481,7 +558,9 @@ static const test_case tests[] = {
     {"sampling_distributions", test_sampling_distributions},
     {"errors", test_errors},
     {"append_allocation_failures", test_append_allocation_failures},
+    {"sample_allocation_failures", test_sample_allocation_failures},
     {"nan_weights_fail_sampling", test_nan_weights_fail_sampling},
+    {"sample_duplicate_slots", test_sample_duplicate_slots},
     {NULL, NULL}};
 
 int main(int argc, char **argv) { return check_main(argc, argv, tests); }

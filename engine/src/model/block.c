@@ -50,20 +50,49 @@ void mrl__swiglu(float *hidden, const float *gate_up, int64_t n, int64_t f) {
 
 /* ---- the block ---- */
 
-/* Attention of head h of sequence `seq`. */
-static void attention_head(const mrl_model *m, const mrl_block_io *io, int seq, int h) {
-  int H = m->cfg.heads, hd = m->head_dim, g = h / (H / m->cfg.kv_heads);
-  const mrl_block_seq *sq = &io->seq[seq];
+int64_t mrl__block_work(const mrl_model *m, int max_rows, int max_keys) {
+  /* the attention's own, after room for a sequence's transposed keys */
+  return (int64_t)m->head_dim * mrl__attn_key_columns(max_keys) +
+         (m->reference_attention ? mrl__attn_forward_ref_work(max_rows, max_keys)
+                                 : mrl__attn_forward_work(m->head_dim, max_keys));
+}
+
+typedef struct {
+  const mrl_model *m;
+  const mrl_block_io *io;
+} attention_job;
+
+/* One unit: head h of sequence u / heads. */
+static void attention_unit(void *ctx, int64_t u, int worker) {
+  const attention_job *job = ctx;
+  const mrl_model *m = job->m;
+  const mrl_block_io *io = job->io;
+  int H = m->cfg.heads, hd = m->head_dim, h = (int)(u % H), g = h / (H / m->cfg.kv_heads);
+  const mrl_block_seq *sq = &io->seq[u / H];
   int64_t qkv_w = m->q_dim + 2 * (int64_t)m->kv_dim;
   const float *rows = io->qkv + sq->row * qkv_w;
-  const float *k = sq->k ? sq->k : rows + m->q_dim, *v = sq->v ? sq->v : rows + m->q_dim + m->kv_dim;
-  int64_t ldkv = sq->k ? m->kv_dim : qkv_w;
+  float *work = io->work + (int64_t)worker * io->work_per_thread;
+  const float *kt, *v;
+  int64_t ldkt, ldv;
+  if (sq->k) { /* a cache slot's: stored transposed */
+    kt = sq->k + (int64_t)g * hd * sq->key_ld;
+    ldkt = sq->key_ld;
+    v = sq->v + (int64_t)g * hd;
+    ldv = m->kv_dim;
+  } else { /* the sequence's own rows: transposed into the front of the thread's work */
+    ldkt = mrl__attn_key_columns(sq->len);
+    mrl__attn_transpose_keys(work, ldkt, rows + m->q_dim + (int64_t)g * hd, qkv_w, sq->len, hd);
+    kt = work;
+    work += (int64_t)hd * ldkt;
+    v = rows + m->q_dim + m->kv_dim + (int64_t)g * hd;
+    ldv = qkv_w;
+  }
   float *out = io->attn + sq->row * m->q_dim + (int64_t)h * hd;
   int64_t W = io->probs_width;
   float *probs = sq->probs ? sq->probs + (int64_t)h * sq->rows * W : NULL;
-  mrl__attn_forward_ref(out, m->q_dim, probs, W, (int)W, rows + (int64_t)h * hd, qkv_w,
-                        k + (int64_t)g * hd, v + (int64_t)g * hd, ldkv, sq->len, sq->pos, hd,
-                        io->work);
+  (m->reference_attention ? mrl__attn_forward_ref : mrl__attn_forward)(
+      out, m->q_dim, probs, W, (int)W, rows + (int64_t)h * hd, qkv_w, kt, ldkt, v, ldv, sq->len,
+      sq->pos, hd, work);
   /* rows past len (right padding) attend to nothing */
   for (int t = sq->len; t < sq->rows; t++) {
     memset(out + (int64_t)t * m->q_dim, 0, sizeof(float) * (size_t)hd);
@@ -82,8 +111,10 @@ void mrl__block_forward(mrl_model *m, int layer, const mrl_block_io *io) {
   mrl__rmsnorm(io->xn, io->rstd_attn, io->x, W + P->attn_norm, n, D, c->norm_eps);
   /* q | k | v side by side in each row of qkv, from the adjacent wq | wk | wv */
   mrl__gemm(false, true, n, qkv_w, D, 1.0f, io->xn, D, W + P->wq, D, 0.0f, io->qkv, qkv_w);
+  double attention_flops = 0.0;
   for (int i = 0; i < io->nseq; i++) {
     const mrl_block_seq *sq = &io->seq[i];
+    attention_flops += 4.0 * c->heads * hd * sq->len * (sq->pos + 0.5 * sq->len);
     for (int t = 0; t < sq->rows; t++) {
       int64_t r = sq->row + t;
       int pos = sq->pos + t;
@@ -105,16 +136,18 @@ void mrl__block_forward(mrl_model *m, int layer, const mrl_block_io *io) {
       mrl__rope(row, c->heads, hd, cs, sn, 1.0f);
       mrl__rope(row + m->q_dim, c->kv_heads, hd, cs, sn, 1.0f);
       if (sq->k && t < sq->len) { /* into the cache, where attention reads every key */
-        memcpy(sq->k + (int64_t)pos * m->kv_dim, row + m->q_dim, sizeof(float) * (size_t)m->kv_dim);
+        for (int j = 0; j < m->kv_dim; j++) sq->k[(int64_t)j * sq->key_ld + pos] = row[m->q_dim + j];
         memcpy(sq->v + (int64_t)pos * m->kv_dim, row + m->q_dim + m->kv_dim,
                sizeof(float) * (size_t)m->kv_dim);
       }
     }
   }
-  int threads = mrl__blas_single();
-  for (int i = 0; i < io->nseq; i++)
-    for (int h = 0; h < c->heads; h++) attention_head(m, io, i, h);
-  mrl__blas_restore(threads);
+  attention_job job = {m, io};
+  int64_t units = (int64_t)io->nseq * c->heads;
+  if (m->reference_attention) /* OpenBLAS products: the calling thread only */
+    for (int64_t u = 0; u < units; u++) attention_unit(&job, u, 0);
+  else
+    mrl__pool_run(m->engine, units, attention_flops, attention_unit, &job);
 
   /* x_mid = x + attn Wo^T */
   if (io->x_mid != io->x) memcpy(io->x_mid, io->x, sizeof(float) * (size_t)(n * D));

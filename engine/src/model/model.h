@@ -1,5 +1,5 @@
 /* model.h - the policy model's internals shared by its source files (model.c: layout and
- * lifetime; block.c: the decoder block; attention.c: its attention; model_forward.c /
+ * lifetime; block.c: the decoder block; attention.c: its attention kernels; model_forward.c /
  * model_backward.c: the passes over a batch; kv_cache.c: incremental decoding; model_io.c:
  * Hugging Face files). Not installed. */
 #ifndef MRL_MODEL_H
@@ -41,7 +41,7 @@ typedef enum {
   SCRATCH_DQKV,
   SCRATCH_DATTN,
   SCRATCH_DGATE_UP,
-  SCRATCH_DPROBS,
+  SCRATCH_ATTN_WORK, /* per thread: what one unit of attention work needs */
   SCRATCH_COUNT
 } mrl_scratch_slot;
 
@@ -72,6 +72,9 @@ struct mrl_model {
 
   mrl_activations *act; /* what the last forward kept (model_forward.c) */
   mrl_scratch scratch[SCRATCH_COUNT];
+  /* attention through the reference (OpenBLAS products, on the calling thread) instead of the
+   * kernels on the engine's threads: what the tests compare the kernels against */
+  bool reference_attention;
 };
 
 /* What a forward pass keeps for the backward pass, for a batch of `batch` x `steps` tokens
@@ -101,20 +104,23 @@ struct mrl_activations {
 };
 
 enum { MRL_HEAD_BLOCK = 64 }; /* rows of logits the LM head computes at a time */
-/* Query rows per attention block: a block multiplies only the keys up to its last row, skipping
- * most of the causally masked upper triangle (at T = 256, 3/4 of the full product). */
+/* Query rows per block of the reference attention: a block multiplies only the keys up to its
+ * last row, skipping most of the causally masked upper triangle (at T = 256, 3/4 of the full
+ * product). */
 enum { MRL_ATTN_BLOCK = 128 };
 
 /* One sequence's rows in a call of mrl__block_forward: rows [row, row + rows) of the call, at
  * positions pos, pos + 1, ...; the first len are real tokens, the rest right padding (their
  * attention output is zero and nothing attends to them). Row t attends to positions 0 .. pos + t.
  * Keys and values: with k == NULL they are the sequence's own rows of qkv (pos is 0: training);
- * otherwise k and v hold position p's key and value at k + p kv_dim (a KV-cache slot of this
- * layer), positions before pos are there already, and the block writes those of its rows. */
+ * otherwise they are a KV-cache slot's, of this layer: keys transposed, component j of position
+ * p's key at k[j * key_ld + p] (key_ld >= mrl__attn_key_columns(pos + len)), position p's value
+ * at v + p kv_dim. Positions before pos are there already; the block writes those of its rows. */
 typedef struct mrl_block_seq {
   int64_t row;
   int rows, len, pos;
   float *k, *v;
+  int64_t key_ld;
   float *probs; /* kept attention probabilities, heads x rows x probs_width; NULL: not kept */
 } mrl_block_seq;
 
@@ -135,21 +141,47 @@ typedef struct mrl_block_io {
   float *rstd_attn, *rstd_mlp;  /* (rows) RMSNorm scales, kept or NULL */
   float *qk_pre, *rstd_qk;      /* (rows, q_dim + kv_dim) and (rows, heads + kv_heads) (qk_norm) */
   int probs_width;    /* row length of the kept probabilities */
-  float *work;        /* mrl__attn_forward_ref_work floats, for sequences without kept probabilities */
+  float *work;        /* mrl_engine_threads x work_per_thread floats */
+  int64_t work_per_thread;
 } mrl_block_io;
 
-/* One decoder block, layer `layer`, over io's rows. Cannot fail: every buffer is the caller's. */
+/* One decoder block, layer `layer`, over io's rows. Cannot fail: every buffer is the caller's and
+ * the engine's threads must have been started (mrl__pool_start). */
 void mrl__block_forward(mrl_model *m, int layer, const mrl_block_io *io);
+/* Floats of io->work one thread needs for sequences of up to max_rows rows and max_keys keys. */
+int64_t mrl__block_work(const mrl_model *m, int max_rows, int max_keys);
 
 /* attention.c: one head of one sequence. q (rows, hd; row stride ldq) are queries at positions
- * pos .. pos + rows - 1; k, v (pos + rows, hd; ldkv) the keys and values of positions 0 ..
- * pos + rows - 1. out (rows, hd; ldo) = softmax(q k^T / sqrt(hd), causal) v; probs (rows, ldp),
- * when not NULL, receives the probabilities, zero past each row's range up to width (else the
- * scores go into work, rows x (pos + rows) floats). */
+ * pos .. pos + rows - 1, attending to the keys and values of positions 0 .. pos + rows - 1.
+ * Forward: out (rows, hd; ldo) = softmax(q k^T / sqrt(hd), causal) v, with the keys transposed,
+ * kt (hd, ldkt): component d of key s at kt[d * ldkt + s], readable (any values) up to column
+ * mrl__attn_key_columns(pos + rows); v (pos + rows, hd; ldv). probs (rows, ldp), when not NULL,
+ * receives the probabilities, zero past each row's range up to width.
+ * Backward (pos 0, probs kept): k, v (rows, hd; ldkv) as rows; dq (rows, hd; lddq) = the gradient
+ * of q (written), dk and dv (rows, hd; lddkv) += those of k and v, from dout (rows, hd; lddo).
+ * work: the _work floats. The _ref versions are the reference (mrl__gemm, calling thread only). */
+int64_t mrl__attn_key_columns(int keys);
+/* kt (hd, ldkt) = the transpose of keys rows of k (row stride ldk), zero past them. */
+void mrl__attn_transpose_keys(float *kt, int64_t ldkt, const float *k, int64_t ldk, int keys,
+                              int hd);
+int64_t mrl__attn_forward_work(int hd, int keys);
+void mrl__attn_forward(float *out, int64_t ldo, float *probs, int64_t ldp, int width,
+                       const float *q, int64_t ldq, const float *kt, int64_t ldkt, const float *v,
+                       int64_t ldv, int rows, int pos, int hd, float *work);
 int64_t mrl__attn_forward_ref_work(int rows, int keys);
 void mrl__attn_forward_ref(float *out, int64_t ldo, float *probs, int64_t ldp, int width,
-                           const float *q, int64_t ldq, const float *k, const float *v,
-                           int64_t ldkv, int rows, int pos, int hd, float *work);
+                           const float *q, int64_t ldq, const float *kt, int64_t ldkt,
+                           const float *v, int64_t ldv, int rows, int pos, int hd, float *work);
+int64_t mrl__attn_backward_work(int hd, int keys);
+void mrl__attn_backward(float *dq, int64_t lddq, float *dk, float *dv, int64_t lddkv,
+                        const float *dout, int64_t lddo, const float *probs, int64_t ldp,
+                        const float *q, int64_t ldq, const float *k, const float *v,
+                        int64_t ldkv, int rows, int hd, float *work);
+int64_t mrl__attn_backward_ref_work(int rows);
+void mrl__attn_backward_ref(float *dq, int64_t lddq, float *dk, float *dv, int64_t lddkv,
+                            const float *dout, int64_t lddo, const float *probs, int64_t ldp,
+                            const float *q, int64_t ldq, const float *k, const float *v,
+                            int64_t ldkv, int rows, int hd, float *work);
 /* dst[0..last] = softmax(src[0..last]), dst[last + 1 .. width) = 0; dst may be src. */
 void mrl__softmax_causal(float *dst, const float *src, int last, int width);
 
@@ -176,6 +208,22 @@ mrl_status mrl__model_alloc(mrl_engine *e, const char *fn, const mrl_model_confi
 /* A scratch buffer of at least `floats` floats (contents undefined), or NULL when out of
  * memory. */
 float *mrl__model_scratch(mrl_model *m, mrl_scratch_slot slot, int64_t floats);
+/* Growing several scratch buffers as one step of a call that may still fail after it:
+ * mrl__scratch_prepare allocates what the listed buffers lack (false when out of memory, holding
+ * nothing then), mrl__scratch_finish puts them in place (commit) or frees them (a later step
+ * failed), so that a failed call holds no more memory than before. */
+typedef struct {
+  int count;
+  mrl_scratch_slot slot[SCRATCH_COUNT];
+  int64_t floats[SCRATCH_COUNT];
+  float *fresh[SCRATCH_COUNT];
+} mrl_scratch_plan;
+bool mrl__scratch_prepare(mrl_model *m, mrl_scratch_plan *plan, int count,
+                          const mrl_scratch_slot *slots, const int64_t *floats);
+void mrl__scratch_finish(mrl_model *m, mrl_scratch_plan *plan, bool commit);
+/* Both at once: all the buffers grown, or (false) none. */
+bool mrl__model_reserve(mrl_model *m, int count, const mrl_scratch_slot *slots,
+                        const int64_t *floats);
 
 /* Frees the activations kept for backward (model_forward.c). */
 void mrl__model_free_activations(mrl_model *m);

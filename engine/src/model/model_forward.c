@@ -134,20 +134,25 @@ mrl_status mrl_model_forward(mrl_model *m, const int32_t *tokens, const int32_t 
   if (!m) return MRL_ERR_NULL;
   mrl_status st = check_batch(m, fn, tokens, lengths, batch, steps);
   if (st) return st;
+  mrl_engine *e = m->engine;
   const mrl_model_config *c = &m->cfg;
   int64_t n = (int64_t)batch * steps, D = c->dim, F = c->ffn, T = steps;
   int64_t probs = (int64_t)batch * c->heads * T * T;
+  int threads = m->reference_attention ? 1 : e->threads;
+  int64_t work = mrl__block_work(m, steps, steps);
+  if (!m->reference_attention && (st = mrl__pool_start(e, fn))) return st;
   if ((st = ensure_activations(m, fn, n, probs))) return st;
   mrl_activations *a = m->act;
   a->batch = batch;
   a->steps = steps;
   a->valid = false;
+  mrl_scratch_slot slots[3] = {SCRATCH_XN, SCRATCH_HIDDEN, SCRATCH_ATTN_WORK};
+  int64_t sizes[3] = {n * D, n * F, threads * work};
+  if (!mrl__model_reserve(m, 3, slots, sizes))
+    return mrl__fail(e, MRL_ERR_NOMEM, fn, "cannot allocate scratch for %lld positions",
+                     (long long)n);
   memcpy(a->tokens, tokens, sizeof(int32_t) * (size_t)n);
   memcpy(a->lengths, lengths, sizeof(int32_t) * (size_t)batch);
-
-  float *xn = mrl__model_scratch(m, SCRATCH_XN, n * D);
-  float *hidden = mrl__model_scratch(m, SCRATCH_HIDDEN, n * F);
-  if (!xn || !hidden) return mrl__fail(m->engine, MRL_ERR_NOMEM, fn, "cannot allocate scratch");
 
   const float *W = m->weights;
   /* embedding; padded positions embed token 0 (they never reach a real position) */
@@ -158,8 +163,10 @@ mrl_status mrl_model_forward(mrl_model *m, const int32_t *tokens, const int32_t 
     }
 
   int64_t qkv_w = m->q_dim + 2 * (int64_t)m->kv_dim, qk_w = m->q_dim + (int64_t)m->kv_dim;
-  mrl_block_io io = {.rows = n, .nseq = batch, .seq = a->seqs, .xn = xn, .hidden = hidden,
-                     .probs_width = steps};
+  mrl_block_io io = {.rows = n, .nseq = batch, .seq = a->seqs,
+                     .xn = m->scratch[SCRATCH_XN].p, .hidden = m->scratch[SCRATCH_HIDDEN].p,
+                     .probs_width = steps, .work = m->scratch[SCRATCH_ATTN_WORK].p,
+                     .work_per_thread = work};
   for (int l = 0; l < c->layers; l++) {
     for (int b = 0; b < batch; b++)
       a->seqs[b] = (mrl_block_seq){.row = b * T, .rows = steps, .len = lengths[b], .pos = 0,
