@@ -397,7 +397,9 @@ MRL_API mrl_status mrl_model_load_checkpoint(mrl_model *m, const char *path, int
  *     respect to logprobs[i] is dlogprobs[i] and with respect to entropy[i] is dentropy[i]
  *     (either may be NULL, meaning zeros). Masked cross-entropy is dlogprobs = -mask / count.
  * The LM head is computed in blocks of rows, so the full (positions x vocab) logits are never
- * held unless mrl_model_logits asks for them. */
+ * held unless mrl_model_logits asks for them. A forward that fails after its arguments were
+ * checked (out of memory) keeps no forward pass, not the previous one either: score, logits and
+ * backward refuse until a forward succeeds. A failed score or backward changes nothing. */
 MRL_API mrl_status mrl_model_forward(mrl_model *m, const int32_t *tokens, const int32_t *lengths,
                                      int batch, int steps);
 MRL_API mrl_status mrl_model_score(mrl_model *m, const int32_t *targets, float *logprobs,

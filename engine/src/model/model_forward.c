@@ -138,19 +138,23 @@ mrl_status mrl_model_forward(mrl_model *m, const int32_t *tokens, const int32_t 
   const mrl_model_config *c = &m->cfg;
   int64_t n = (int64_t)batch * steps, D = c->dim, F = c->ffn, T = steps;
   int64_t probs = (int64_t)batch * c->heads * T * T;
+  /* a forward that fails keeps none (not the previous one either) */
+  if (m->act) m->act->valid = false;
   int threads = m->reference_attention ? 1 : e->threads;
   int64_t work = mrl__block_work(m, steps, steps);
+  mrl_scratch_slot slots[3] = {SCRATCH_XN, SCRATCH_HIDDEN, SCRATCH_ATTN_WORK};
+  int64_t sizes[3] = {n * D, n * F, threads * work};
+  mrl_scratch_plan plan;
   if (!m->reference_attention && (st = mrl__pool_start(e, fn))) return st;
-  if ((st = ensure_activations(m, fn, n, probs))) return st;
+  if (!mrl__scratch_prepare(m, &plan, 3, slots, sizes))
+    return mrl__fail(e, MRL_ERR_NOMEM, fn, "cannot allocate scratch for %lld positions",
+                     (long long)n);
+  st = ensure_activations(m, fn, n, probs);
+  mrl__scratch_finish(m, &plan, st == MRL_OK);
+  if (st) return st;
   mrl_activations *a = m->act;
   a->batch = batch;
   a->steps = steps;
-  a->valid = false;
-  mrl_scratch_slot slots[3] = {SCRATCH_XN, SCRATCH_HIDDEN, SCRATCH_ATTN_WORK};
-  int64_t sizes[3] = {n * D, n * F, threads * work};
-  if (!mrl__model_reserve(m, 3, slots, sizes))
-    return mrl__fail(e, MRL_ERR_NOMEM, fn, "cannot allocate scratch for %lld positions",
-                     (long long)n);
   memcpy(a->tokens, tokens, sizeof(int32_t) * (size_t)n);
   memcpy(a->lengths, lengths, sizeof(int32_t) * (size_t)batch);
 
