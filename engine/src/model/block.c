@@ -48,6 +48,48 @@ void mrl__swiglu(float *hidden, const float *gate_up, int64_t n, int64_t f) {
   }
 }
 
+/* SwiGLU and its backward over blocks of rows on the engine's threads (elementwise: the same
+ * bits whichever thread does a row). */
+enum { SWIGLU_ROWS = 64 };
+
+typedef struct {
+  float *out, *dout;     /* hidden (n, f); or dgate_up (n, 2f) for the backward */
+  const float *gate_up;  /* (n, 2f) */
+  const float *dhidden;  /* (n, f) for the backward; NULL for the forward */
+  int64_t n, f;
+} swiglu_job;
+
+static void swiglu_unit(void *ctx, int64_t u, int worker) {
+  (void)worker;
+  const swiglu_job *job = ctx;
+  int64_t r0 = u * SWIGLU_ROWS, rows = job->n - r0 < SWIGLU_ROWS ? job->n - r0 : SWIGLU_ROWS;
+  int64_t f = job->f;
+  if (!job->dhidden) {
+    mrl__swiglu(job->out + r0 * f, job->gate_up + r0 * 2 * f, rows, f);
+    return;
+  }
+  for (int64_t i = r0; i < r0 + rows; i++) {
+    const float *g = job->gate_up + i * 2 * f, *up = g + f, *dh = job->dhidden + i * f;
+    float *dg = job->dout + i * 2 * f, *du = dg + f;
+    for (int64_t j = 0; j < f; j++) {
+      float sg = 1.0f / (1.0f + expf(-g[j]));
+      du[j] = dh[j] * g[j] * sg;
+      dg[j] = dh[j] * up[j] * sg * (1.0f + g[j] * (1.0f - sg));
+    }
+  }
+}
+
+void mrl__swiglu_rows(mrl_engine *e, float *hidden, const float *gate_up, int64_t n, int64_t f) {
+  swiglu_job job = {hidden, NULL, gate_up, NULL, n, f};
+  mrl__pool_run(e, (n + SWIGLU_ROWS - 1) / SWIGLU_ROWS, 20.0 * (double)(n * f), swiglu_unit, &job);
+}
+
+void mrl__swiglu_backward_rows(mrl_engine *e, float *dgate_up, const float *dhidden,
+                               const float *gate_up, int64_t n, int64_t f) {
+  swiglu_job job = {NULL, dgate_up, gate_up, dhidden, n, f};
+  mrl__pool_run(e, (n + SWIGLU_ROWS - 1) / SWIGLU_ROWS, 30.0 * (double)(n * f), swiglu_unit, &job);
+}
+
 /* ---- the block ---- */
 
 int64_t mrl__block_work(const mrl_model *m, int max_rows, int max_keys) {
@@ -156,7 +198,7 @@ void mrl__block_forward(mrl_model *m, int layer, const mrl_block_io *io) {
   mrl__rmsnorm(io->xn, io->rstd_mlp, io->x_mid, W + P->mlp_norm, n, D, c->norm_eps);
   mrl__gemm(false, true, n, 2 * F, D, 1.0f, io->xn, D, W + P->w_gate, D, 0.0f, io->gate_up,
             2 * F);
-  mrl__swiglu(io->hidden, io->gate_up, n, F);
+  mrl__swiglu_rows(m->engine, io->hidden, io->gate_up, n, F);
   /* x_out = x_mid + hidden Wd^T */
   if (io->x_out != io->x_mid) memcpy(io->x_out, io->x_mid, sizeof(float) * (size_t)(n * D));
   mrl__gemm(false, true, n, D, F, 1.0f, io->hidden, F, W + P->w_down, F, 1.0f, io->x_out, D);

@@ -239,6 +239,11 @@ void mrl__rmsnorm_apply(float *out, const float *rstd, const float *x, const flo
 void mrl__rope(float *v, int heads, int hd, const float *cos_t, const float *sin_t, float sign);
 /* hidden (n, f) = silu(gate) * up, from rows of gate | up (n, 2f) */
 void mrl__swiglu(float *hidden, const float *gate_up, int64_t n, int64_t f);
+/* The same on the engine's threads, and its backward: dgate_up (n, 2f) = the gradients of gate
+ * and up from dhidden (n, f). */
+void mrl__swiglu_rows(mrl_engine *e, float *hidden, const float *gate_up, int64_t n, int64_t f);
+void mrl__swiglu_backward_rows(mrl_engine *e, float *dgate_up, const float *dhidden,
+                               const float *gate_up, int64_t n, int64_t f);
 
 /* model_forward.c pieces the backward pass and the KV cache reuse. */
 mrl_status mrl__model_check_head(mrl_model *m, const char *fn, const int32_t *targets);

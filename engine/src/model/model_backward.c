@@ -158,20 +158,11 @@ mrl_status mrl_model_backward_hidden(mrl_model *m, const int32_t *targets,
     const float *gate_up = a->gate_up + l * n * 2 * F;
 
     /* MLP: x_next = x_mid + (silu(gate) * up) Wd^T, with dx = d x_next */
-    mrl__swiglu(hidden, gate_up, n, F);
+    mrl__swiglu_rows(m->engine, hidden, gate_up, n, F);
     /* d hidden goes into the hidden buffer, which the down projection's gradient used last */
     mrl__gemm(true, false, D, F, n, 1.0f, dx, D, hidden, F, 1.0f, G + P->w_down, F);
     mrl__gemm(false, false, n, F, D, 1.0f, dx, D, W + P->w_down, F, 0.0f, hidden, F);
-    for (int64_t i = 0; i < n; i++) {
-      const float *g = gate_up + i * 2 * F, *u = g + F;
-      const float *dh = hidden + i * F;
-      float *dg = dgate_up + i * 2 * F, *du = dg + F;
-      for (int64_t j = 0; j < F; j++) {
-        float sg = 1.0f / (1.0f + expf(-g[j]));
-        du[j] = dh[j] * g[j] * sg;
-        dg[j] = dh[j] * u[j] * sg * (1.0f + g[j] * (1.0f - sg));
-      }
-    }
+    mrl__swiglu_backward_rows(m->engine, dgate_up, hidden, gate_up, n, F);
     mrl__rmsnorm_apply(xn, a->rstd_mlp + l * n, x_mid, W + P->mlp_norm, n, D);
     linear_backward(dxn, G + P->w_gate, dgate_up, xn, W + P->w_gate, n, D, 2 * F, D, 2 * F, false);
     memcpy(dmid, dx, sizeof(float) * (size_t)(n * D));
