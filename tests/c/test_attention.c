@@ -61,9 +61,11 @@ static void test_forward_matches_reference(void) {
   for (size_t c = 0; c < sizeof shapes / sizeof *shapes; c++) {
     int hd = shapes[c].hd, rows = shapes[c].rows, pos = shapes[c].pos, keys = pos + rows;
     int64_t ld = 3 * hd + 5, width = keys + 3; /* strides wider than the head */
-    float *q = malloc(sizeof(float) * (size_t)(rows * ld)), *k = malloc(sizeof(float) * (size_t)(keys * ld));
+    float *q = malloc(sizeof(float) * (size_t)(rows * ld));
+    float *k = malloc(sizeof(float) * (size_t)(keys * ld));
     float *v = malloc(sizeof(float) * (size_t)(keys * ld));
-    float *out = malloc(sizeof(float) * (size_t)(rows * ld)), *ref = malloc(sizeof(float) * (size_t)(rows * ld));
+    float *out = malloc(sizeof(float) * (size_t)(rows * ld));
+    float *ref = malloc(sizeof(float) * (size_t)(rows * ld));
     float *probs = malloc(sizeof(float) * (size_t)(rows * width));
     float *probs_ref = malloc(sizeof(float) * (size_t)(rows * width));
     float *work = malloc(sizeof(float) * (size_t)(mrl__attn_forward_work(hd, keys) +
@@ -71,27 +73,32 @@ static void test_forward_matches_reference(void) {
     fill(q, rows * ld, &r, 1.5);
     fill(k, keys * ld, &r, 1.5);
     fill(v, keys * ld, &r, 1.0);
-    for (int64_t i = 0; i < rows * width; i++) probs[i] = probs_ref[i] = 7.0f; /* must be overwritten */
+    for (int64_t i = 0; i < rows * width; i++) probs[i] = probs_ref[i] = 7.0f; /* overwritten */
     int64_t ldkt;
     float *kt = transposed(k, ld, keys, hd, &ldkt);
-    mrl__attn_forward(out, ld, probs, width, (int)width, q, ld, kt, ldkt, v, ld, rows, pos, hd,
-                      work);
+    mrl__attn_forward(out, ld, probs, width, (int)width, q, ld, kt, ldkt, MRL_ATTN_COLS, v, ld,
+                      rows, pos, hd, work);
     mrl__attn_forward_ref(ref, ld, probs_ref, width, (int)width, q, ld, kt, ldkt, v, ld, rows, pos,
                           hd, work);
-    double *direct = malloc(sizeof(double) * (size_t)hd), *p = malloc(sizeof(double) * (size_t)keys);
+    double *direct = malloc(sizeof(double) * (size_t)hd);
+    double *p = malloc(sizeof(double) * (size_t)keys);
     for (int t = 0; t < rows; t++) {
       worst_ref = fmax(worst_ref, max_diff(out + t * ld, ref + t * ld, hd));
       worst_probs = fmax(worst_probs, max_diff(probs + t * width, probs_ref + t * width, width));
       direct_row(direct, p, q + t * ld, k, v, ld, hd, pos + t);
-      for (int d = 0; d < hd; d++) worst_direct = fmax(worst_direct, fabs(out[t * ld + d] - direct[d]));
-      for (int s = 0; s <= pos + t; s++) worst_probs = fmax(worst_probs, fabs(probs[t * width + s] - p[s]));
+      for (int d = 0; d < hd; d++)
+        worst_direct = fmax(worst_direct, fabs(out[t * ld + d] - direct[d]));
+      for (int s = 0; s <= pos + t; s++)
+        worst_probs = fmax(worst_probs, fabs(probs[t * width + s] - p[s]));
       for (int s = pos + t + 1; s < width; s++) zero_past_range &= probs[t * width + s] == 0.0f;
     }
     /* without kept probabilities (decoding) the output is the same */
     float *again = malloc(sizeof(float) * (size_t)(rows * ld));
-    mrl__attn_forward(again, ld, NULL, 0, 0, q, ld, kt, ldkt, v, ld, rows, pos, hd, work);
+    mrl__attn_forward(again, ld, NULL, 0, 0, q, ld, kt, ldkt, MRL_ATTN_COLS, v, ld, rows, pos, hd,
+                      work);
     bool same = true;
-    for (int t = 0; t < rows; t++) same &= memcmp(again + t * ld, out + t * ld, sizeof(float) * (size_t)hd) == 0;
+    for (int t = 0; t < rows; t++)
+      same &= memcmp(again + t * ld, out + t * ld, sizeof(float) * (size_t)hd) == 0;
     CHECKF(same, "hd %d rows %d pos %d: output differs without kept probabilities", hd, rows, pos);
     free(again);
     free(kt);
@@ -112,27 +119,40 @@ static void test_forward_matches_reference(void) {
   CHECK(zero_past_range);
 }
 
-/* Each row alone (as decoding appends it) gives the same bits as the rows together. */
+/* Each row alone (as decoding appends it) gives the same bits as the rows together; the second
+ * shape reaches the one-row kernels' four-tiles-at-once paths. */
 static void test_rows_alone_equal_rows_together(void) {
   struct mrl_rng r;
   mrl__rng_seed(&r, 5);
-  int hd = 24, rows = 11, ld = 2 * hd;
-  float q[11 * 48], k[11 * 48], v[11 * 48], together[11 * 48], alone[48];
-  float *work = malloc(sizeof(float) * (size_t)mrl__attn_forward_work(hd, rows));
-  fill(q, rows * ld, &r, 2.0);
-  fill(k, rows * ld, &r, 2.0);
-  fill(v, rows * ld, &r, 1.0);
-  int64_t ldkt;
-  float *kt = transposed(k, ld, rows, hd, &ldkt);
-  mrl__attn_forward(together, ld, NULL, 0, 0, q, ld, kt, ldkt, v, ld, rows, 0, hd, work);
-  bool same = true;
-  for (int t = 0; t < rows; t++) {
-    mrl__attn_forward(alone, ld, NULL, 0, 0, q + t * ld, ld, kt, ldkt, v, ld, 1, t, hd, work);
-    same &= memcmp(alone, together + t * ld, sizeof(float) * (size_t)hd) == 0;
+  const int sizes[2][2] = {{24, 11}, {64, 80}};
+  for (int c = 0; c < 2; c++) {
+    int hd = sizes[c][0], rows = sizes[c][1], ld = 2 * hd;
+    size_t bytes = sizeof(float) * (size_t)(rows * ld);
+    float *q = malloc(bytes), *k = malloc(bytes), *v = malloc(bytes), *together = malloc(bytes);
+    float *alone = malloc(sizeof(float) * (size_t)ld);
+    float *work = malloc(sizeof(float) * (size_t)mrl__attn_forward_work(hd, rows));
+    fill(q, rows * ld, &r, 2.0);
+    fill(k, rows * ld, &r, 2.0);
+    fill(v, rows * ld, &r, 1.0);
+    int64_t ldkt;
+    float *kt = transposed(k, ld, rows, hd, &ldkt);
+    mrl__attn_forward(together, ld, NULL, 0, 0, q, ld, kt, ldkt, MRL_ATTN_COLS, v, ld, rows, 0, hd,
+                      work);
+    bool same = true;
+    for (int t = 0; t < rows; t++) {
+      mrl__attn_forward(alone, ld, NULL, 0, 0, q + t * ld, ld, kt, ldkt, MRL_ATTN_COLS, v, ld, 1, t,
+                        hd, work);
+      same &= memcmp(alone, together + t * ld, sizeof(float) * (size_t)hd) == 0;
+    }
+    CHECKF(same, "head size %d, %d rows: a row alone differs", hd, rows);
+    free(kt);
+    free(q);
+    free(k);
+    free(v);
+    free(together);
+    free(alone);
+    free(work);
   }
-  CHECK(same);
-  free(kt);
-  free(work);
 }
 
 static void test_backward_matches_reference(void) {
@@ -145,7 +165,8 @@ static void test_backward_matches_reference(void) {
     int64_t n = rows * ld;
     float *q = malloc(sizeof(float) * (size_t)n), *k = malloc(sizeof(float) * (size_t)n);
     float *v = malloc(sizeof(float) * (size_t)n), *dout = malloc(sizeof(float) * (size_t)n);
-    float *out = malloc(sizeof(float) * (size_t)n), *probs = malloc(sizeof(float) * (size_t)(rows * width));
+    float *out = malloc(sizeof(float) * (size_t)n);
+    float *probs = malloc(sizeof(float) * (size_t)(rows * width));
     float *grads[2][3];
     for (int w = 0; w < 2; w++)
       for (int g = 0; g < 3; g++) grads[w][g] = malloc(sizeof(float) * (size_t)n);
@@ -158,8 +179,8 @@ static void test_backward_matches_reference(void) {
     fill(dout, n, &r, 1.0);
     int64_t ldkt;
     float *kt = transposed(k, ld, rows, hd, &ldkt);
-    mrl__attn_forward(out, ld, probs, width, (int)width, q, ld, kt, ldkt, v, ld, rows, 0, hd,
-                      work);
+    mrl__attn_forward(out, ld, probs, width, (int)width, q, ld, kt, ldkt, MRL_ATTN_COLS, v, ld,
+                      rows, 0, hd, work);
     free(kt);
     for (int w = 0; w < 2; w++) {
       /* dq is written, dk and dv added to: start them from the same non-zero values */

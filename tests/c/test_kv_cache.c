@@ -408,7 +408,8 @@ static void test_append_allocation_failures(void) {
   mrl_kv_cache_free(c);
   mrl_model_free(m);
   mrl_engine_free(e);
-  CHECKF(ca.live == 0 && ca.bad_frees == 0, "%ld blocks live, %ld bad frees", ca.live, ca.bad_frees);
+  CHECKF(ca.live == 0 && ca.bad_frees == 0, "%ld blocks live, %ld bad frees", ca.live,
+         ca.bad_frees);
   mrl_kv_cache_free(pc);
   mrl_model_free(pm);
   mrl_engine_free(plain);
@@ -463,7 +464,8 @@ static void test_sample_allocation_failures(void) {
   mrl_kv_cache_free(c);
   mrl_model_free(m);
   mrl_engine_free(e);
-  CHECKF(ca.live == 0 && ca.bad_frees == 0, "%ld blocks live, %ld bad frees", ca.live, ca.bad_frees);
+  CHECKF(ca.live == 0 && ca.bad_frees == 0, "%ld blocks live, %ld bad frees", ca.live,
+         ca.bad_frees);
   mrl_kv_cache_free(pc);
   mrl_model_free(pm);
   mrl_engine_free(plain);

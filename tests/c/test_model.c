@@ -436,7 +436,8 @@ static void test_allocation_failures(void) {
   free(zeros);
   mrl_model_free(m);
   mrl_engine_free(e);
-  CHECKF(ca.live == 0 && ca.bad_frees == 0, "%ld blocks live, %ld bad frees", ca.live, ca.bad_frees);
+  CHECKF(ca.live == 0 && ca.bad_frees == 0, "%ld blocks live, %ld bad frees", ca.live,
+         ca.bad_frees);
   mrl_model_free(want);
   mrl_engine_free(plain);
 }

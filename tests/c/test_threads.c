@@ -57,7 +57,8 @@ static void run(run_args *a) {
     dent[i] = (float)(0.3 * mrl__rng_normal(&r));
   }
   for (int b = 0; b < B; b++)
-    for (int t = 0; t < T; t++) targets[b * T + t] = t + 1 < lengths[b] ? tokens[b * T + t + 1] : -1;
+    for (int t = 0; t < T; t++)
+      targets[b * T + t] = t + 1 < lengths[b] ? tokens[b * T + t + 1] : -1;
   MUST(mrl_model_forward(m, tokens, lengths, B, T));
   mrl_tensor *z = NULL;
   MUST(mrl_model_logits(m, &z));

@@ -6,9 +6,10 @@
  * handed out must write each result in one place, computed the same way by whichever thread, for
  * results that do not depend on the thread count. The calling thread claims units too and, once
  * none is left, closes the job and waits only for the workers that joined it: a worker that has
- * not woken up by then (a busy machine, more threads than cores) is not waited for. The team's few bytes come from the engine's
- * allocator (so allocation failures reach it) but are not counted in mrl_engine_memory_used:
- * they belong to the engine, not to the objects whose memory that figure reports. */
+ * not woken up by then (a busy machine, more threads than cores) is not waited for. The team's
+ * few bytes come from the engine's allocator (so allocation failures reach it) but are not
+ * counted in mrl_engine_memory_used: they belong to the engine, not to the objects whose memory
+ * that figure reports. */
 #include "internal.h"
 
 #include <pthread.h>

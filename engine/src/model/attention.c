@@ -8,29 +8,34 @@
  * Every output element is a sum in one fixed order (the reduction index ascending), whatever the
  * tiling or the thread, so results do not depend on the thread count; and a row gives the same
  * numbers whether it comes alone (decoding) or with others (a prompt, the training pass). On
- * x86-64 the three tile kernels are compiled for AVX-512, AVX2 and the baseline, chosen at load
- * time: the same multiplications and additions in the same order (ISO C forbids contracting them
- * into FMAs), so every variant gives the same bits, only faster. Beside them stays the reference
- * they are tested against: the same maths as matrix products through mrl__gemm (OpenBLAS, or the
- * portable kernel), for the calling thread only. */
+ * x86-64 the kernels are compiled for x86-64-v4 (AVX-512), v3 (AVX2) and the baseline, chosen at
+ * load time; in the kernels the compiler may fuse a multiplication and the addition it feeds
+ * into one FMA where the CPU has them (v3, v4, other architectures), which keeps each element's
+ * order of operations: machines with and without FMA may differ in the last bits (as OpenBLAS's
+ * results do), one machine never does. Beside them stays the reference they are tested against:
+ * the same maths as matrix products through mrl__gemm (OpenBLAS, or the portable kernel), for
+ * the calling thread only. */
 #include "model.h"
 
 #include <math.h>
 #include <string.h>
 
-enum { ATT_ROWS = 4, ATT_COLS = 16 };
+enum { ATT_ROWS = 4, ATT_COLS = MRL_ATTN_COLS };
 
 /* Without trapping math (which changes no result, only whether FP exceptions count as
- * observable), gcc may turn the float selects of the softmax into vector masks. */
+ * observable), gcc may turn the float selects of the softmax into vector masks; with contraction,
+ * a * b + c into an FMA. */
 #if defined(__GNUC__) && !defined(__clang__)
-#define ATT_MATH __attribute__((optimize("no-trapping-math")))
-#define ATT_INLINE __attribute__((always_inline, optimize("no-trapping-math"))) inline
+#define ATT_MATH __attribute__((optimize("no-trapping-math", "fp-contract=fast")))
+#define ATT_INLINE                                                                                 \
+  __attribute__((always_inline, optimize("no-trapping-math", "fp-contract=fast"))) inline
 #else
 #define ATT_MATH
 #define ATT_INLINE inline
 #endif
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-#define ATT_KERNEL __attribute__((target_clones("avx512f", "avx2", "default"))) ATT_MATH
+#define ATT_KERNEL                                                                                 \
+  __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default"))) ATT_MATH
 #else
 #define ATT_KERNEL ATT_MATH
 #endif
@@ -40,21 +45,22 @@ enum { ATT_ROWS = 4, ATT_COLS = 16 };
 
 static int64_t round_up(int64_t n, int64_t to) { return (n + to - 1) / to * to; }
 
-/* Columns of the transposed keys and rows of the padded values: room for a tile's last row
- * (which may look ATT_ROWS - 1 keys past the real ones) rounded to whole column tiles. */
+/* Columns of the transposed keys (and of a tile's scores): room for a tile's last row (which may
+ * look ATT_ROWS - 1 keys past the real ones) rounded to whole column tiles. */
 static int64_t padded_keys(int keys) { return round_up((int64_t)keys + ATT_ROWS - 1, ATT_COLS); }
 
 /* ---- the tiled kernels ---- */
 
 /* s (ATT_ROWS, lds): s[r][c] = scale * sum_d a[r][d] bt[d][c] for c < cols (whole tiles), with a
- * the tile's query rows and bt (hd, ldb) transposed keys. */
+ * the tile's query rows and bt the transposed keys: row d of column tile j at bt + d ldb + j ldc
+ * (ldc = ATT_COLS when the rows are plain rows). */
 ATT_KERNEL static void tile_scores(float *restrict s, int64_t lds, const float *const a[ATT_ROWS],
-                                   const float *restrict bt, int64_t ldb, int hd, int64_t cols,
-                                   float scale) {
+                                   const float *restrict bt, int64_t ldb, int64_t ldc, int hd,
+                                   int64_t cols, float scale) {
   for (int64_t c0 = 0; c0 < cols; c0 += ATT_COLS) {
     float acc[ATT_ROWS][ATT_COLS] = {{0}};
     for (int d = 0; d < hd; d++) {
-      const float *b = bt + (int64_t)d * ldb + c0;
+      const float *b = bt + (int64_t)d * ldb + c0 / ATT_COLS * ldc;
       ATT_UNROLL_ROWS
       for (int r = 0; r < ATT_ROWS; r++) {
         float x = a[r][d];
@@ -97,15 +103,34 @@ ATT_KERNEL static void tile_combine(float *restrict o, const float *const p[ATT_
   }
 }
 
-/* The same two for one row (decoding appends one token at a time): each element is summed in
- * the same order as in a tile, so a row gives the same bits either way. (One row of accumulators
- * is a plain loop for the loop vectorizer; unrolled it would be left scalar.) */
+/* The same two for one row (decoding appends one token at a time), ATT_ROWS column tiles at a
+ * time so that four sums are in flight rather than one long chain. Each element is summed in the
+ * same order as in a tile, so a row gives the same bits either way. (The tiles that are left
+ * are a plain loop for the loop vectorizer; a lone unrolled tile would be left scalar.) */
+enum { ATT_WIDE = ATT_ROWS * ATT_COLS };
+
 ATT_KERNEL static void row_scores(float *restrict s, const float *a, const float *restrict bt,
-                                  int64_t ldb, int hd, int64_t cols, float scale) {
-  for (int64_t c0 = 0; c0 < cols; c0 += ATT_COLS) {
+                                  int64_t ldb, int64_t ldc, int hd, int64_t cols, float scale) {
+  int64_t c0 = 0;
+  for (; c0 + ATT_WIDE <= cols; c0 += ATT_WIDE) {
+    float acc[ATT_ROWS][ATT_COLS] = {{0}};
+    for (int d = 0; d < hd; d++) {
+      const float *b = bt + (int64_t)d * ldb + c0 / ATT_COLS * ldc;
+      float x = a[d];
+      ATT_UNROLL_ROWS
+      for (int t = 0; t < ATT_ROWS; t++) {
+        const float *bc = b + t * ldc;
+        ATT_UNROLL_COLS
+        for (int u = 0; u < ATT_COLS; u++) acc[t][u] += x * bc[u];
+      }
+    }
+    for (int t = 0; t < ATT_ROWS; t++)
+      for (int u = 0; u < ATT_COLS; u++) s[c0 + t * ATT_COLS + u] = acc[t][u] * scale;
+  }
+  for (; c0 < cols; c0 += ATT_COLS) {
     float acc[ATT_COLS] = {0};
     for (int d = 0; d < hd; d++) {
-      const float *b = bt + (int64_t)d * ldb + c0;
+      const float *b = bt + (int64_t)d * ldb + c0 / ATT_COLS * ldc;
       float x = a[d];
       for (int u = 0; u < ATT_COLS; u++) acc[u] += x * b[u];
     }
@@ -115,7 +140,22 @@ ATT_KERNEL static void row_scores(float *restrict s, const float *a, const float
 
 ATT_KERNEL static void row_combine(float *restrict o, const float *p, const float *restrict v,
                                    int64_t ldv, int hp, int last) {
-  for (int d0 = 0; d0 < hp; d0 += ATT_COLS) {
+  int d0 = 0;
+  for (; d0 + ATT_WIDE <= hp; d0 += ATT_WIDE) {
+    float acc[ATT_ROWS][ATT_COLS] = {{0}};
+    for (int k = 0; k <= last; k++) {
+      const float *vk = v + (int64_t)k * ldv + d0;
+      float x = p[k];
+      ATT_UNROLL_ROWS
+      for (int t = 0; t < ATT_ROWS; t++) {
+        ATT_UNROLL_COLS
+        for (int u = 0; u < ATT_COLS; u++) acc[t][u] += x * vk[t * ATT_COLS + u];
+      }
+    }
+    for (int t = 0; t < ATT_ROWS; t++)
+      for (int u = 0; u < ATT_COLS; u++) o[d0 + t * ATT_COLS + u] = acc[t][u];
+  }
+  for (; d0 < hp; d0 += ATT_COLS) {
     float acc[ATT_COLS] = {0};
     for (int k = 0; k <= last; k++) {
       const float *vk = v + (int64_t)k * ldv + d0;
@@ -159,7 +199,7 @@ ATT_KERNEL static void tile_update(float *restrict acc, int hp, const float *con
 static ATT_INLINE float exp_kernel(float x) {
   float c = x > 88.0f ? 88.0f : x;
   c = c < -87.0f ? -87.0f : c;
-  const float round = 12582912.0f; /* 1.5 * 2^23: adding it rounds to an integer, kept in the low bits */
+  const float round = 12582912.0f; /* 1.5 * 2^23: adding it rounds to an integer (low bits) */
   float t = c * 1.44269504f + round, k = t - round;
   float r = (c - k * 0.693359375f) - k * -2.12194440e-4f;
   float p = 1.0f / 5040.0f;
@@ -231,7 +271,8 @@ static void transpose_rows(float *bt, int64_t ldb, const float *a, int64_t lda, 
   }
 }
 
-/* b (rows_b, hp) = rows [0, keys) of a with hd columns, zero-padded to hp columns and rows_b rows. */
+/* b (rows_b, hp) = rows [0, keys) of a with hd columns, zero-padded to hp columns and rows_b
+ * rows. */
 static void pad_rows(float *b, int hp, int64_t rows_b, const float *a, int64_t lda, int keys,
                      int hd) {
   for (int64_t k = 0; k < rows_b; k++) {
@@ -271,8 +312,8 @@ int64_t mrl__attn_forward_work(int hd, int keys) {
 }
 
 void mrl__attn_forward(float *out, int64_t ldo, float *probs, int64_t ldp, int width,
-                       const float *q, int64_t ldq, const float *kt, int64_t ldkt, const float *v,
-                       int64_t ldv, int rows, int pos, int hd, float *work) {
+                       const float *q, int64_t ldq, const float *kt, int64_t ldkt, int64_t ldkc,
+                       const float *v, int64_t ldv, int rows, int pos, int hd, float *work) {
   int keys = pos + rows, hp = (int)round_up(hd, ATT_COLS);
   int64_t kp = padded_keys(keys);
   float *s = work, *o = s + ATT_ROWS * kp, *vp = o + ATT_ROWS * hp;
@@ -288,7 +329,7 @@ void mrl__attn_forward(float *out, int64_t ldo, float *probs, int64_t ldp, int w
     const float *p[ATT_ROWS];
     for (int r = 0; r < ATT_ROWS; r++) a[r] = q + (int64_t)(i0 + (r < n ? r : n - 1)) * ldq;
     if (n == 1) { /* a single row (decoding): no tile of repeated queries */
-      row_scores(s, a[0], kt, ldkt, hd, round_up(last + 1, ATT_COLS), scale);
+      row_scores(s, a[0], kt, ldkt, ldkc, hd, round_up(last + 1, ATT_COLS), scale);
       tile_softmax_row(s, last);
       if (probs) {
         float *dst = probs + (int64_t)i0 * ldp;
@@ -299,7 +340,7 @@ void mrl__attn_forward(float *out, int64_t ldo, float *probs, int64_t ldp, int w
       memcpy(out + (int64_t)i0 * ldo, o, sizeof(float) * (size_t)hd);
       continue;
     }
-    tile_scores(s, kp, a, kt, ldkt, hd, round_up(last + ATT_ROWS, ATT_COLS), scale);
+    tile_scores(s, kp, a, kt, ldkt, ldkc, hd, round_up(last + ATT_ROWS, ATT_COLS), scale);
     for (int r = 0; r < ATT_ROWS; r++) {
       /* a row past n repeats the last query; its result is dropped */
       float *sr = s + r * kp;
@@ -370,7 +411,7 @@ void mrl__attn_backward(float *dq, int64_t lddq, float *dk, float *dv, int64_t l
     const float *a[ATT_ROWS], *w[ATT_ROWS], *p[ATT_ROWS];
     for (int r = 0; r < ATT_ROWS; r++) a[r] = dt + r * hp;
     /* out = P V: dP = dout V^T */
-    tile_scores(ds, kp, a, vt, kp, hd, cols, 1.0f);
+    tile_scores(ds, kp, a, vt, kp, ATT_COLS, hd, cols, 1.0f);
     /* softmax backward over each causal row: dS = P * (dP - sum_s P dP), times the scale; the
      * tile's probabilities zero-padded to whole column tiles (all zero past n) */
     for (int r = 0; r < ATT_ROWS; r++) {

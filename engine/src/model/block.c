@@ -114,13 +114,25 @@ static void attention_unit(void *ctx, int64_t u, int worker) {
   int64_t qkv_w = m->q_dim + 2 * (int64_t)m->kv_dim;
   const float *rows = io->qkv + sq->row * qkv_w;
   float *work = io->work + (int64_t)worker * io->work_per_thread;
+  const int C = MRL_ATTN_COLS;
   const float *kt, *v;
-  int64_t ldkt, ldv;
-  if (sq->k) { /* a cache slot's: stored transposed */
-    kt = sq->k + (int64_t)g * hd * sq->key_ld;
-    ldkt = sq->key_ld;
+  int64_t ldkt, ldkc = C, ldv;
+  if (sq->k) { /* a cache slot's: stored transposed, in blocks of C positions */
+    kt = sq->k + (int64_t)g * hd * C;
+    ldkt = C;
+    ldkc = (int64_t)m->kv_dim * C;
     v = sq->v + (int64_t)g * hd;
     ldv = m->kv_dim;
+    if (m->reference_attention) { /* which takes plain rows: into the front of the work */
+      int keys = sq->pos + sq->len;
+      int64_t cols = mrl__attn_key_columns(keys);
+      for (int d = 0; d < hd; d++)
+        for (int s = 0; s < keys; s++) work[d * cols + s] = kt[s / C * ldkc + d * C + s % C];
+      kt = work;
+      ldkt = cols;
+      ldkc = C;
+      work += (int64_t)hd * cols;
+    }
   } else { /* the sequence's own rows: transposed into the front of the thread's work */
     ldkt = mrl__attn_key_columns(sq->len);
     mrl__attn_transpose_keys(work, ldkt, rows + m->q_dim + (int64_t)g * hd, qkv_w, sq->len, hd);
@@ -132,9 +144,12 @@ static void attention_unit(void *ctx, int64_t u, int worker) {
   float *out = io->attn + sq->row * m->q_dim + (int64_t)h * hd;
   int64_t W = io->probs_width;
   float *probs = sq->probs ? sq->probs + (int64_t)h * sq->rows * W : NULL;
-  (m->reference_attention ? mrl__attn_forward_ref : mrl__attn_forward)(
-      out, m->q_dim, probs, W, (int)W, rows + (int64_t)h * hd, qkv_w, kt, ldkt, v, ldv, sq->len,
-      sq->pos, hd, work);
+  if (m->reference_attention)
+    mrl__attn_forward_ref(out, m->q_dim, probs, W, (int)W, rows + (int64_t)h * hd, qkv_w, kt,
+                          ldkt, v, ldv, sq->len, sq->pos, hd, work);
+  else
+    mrl__attn_forward(out, m->q_dim, probs, W, (int)W, rows + (int64_t)h * hd, qkv_w, kt, ldkt,
+                      ldkc, v, ldv, sq->len, sq->pos, hd, work);
   /* rows past len (right padding) attend to nothing */
   for (int t = sq->len; t < sq->rows; t++) {
     memset(out + (int64_t)t * m->q_dim, 0, sizeof(float) * (size_t)hd);
@@ -178,7 +193,9 @@ void mrl__block_forward(mrl_model *m, int layer, const mrl_block_io *io) {
       mrl__rope(row, c->heads, hd, cs, sn, 1.0f);
       mrl__rope(row + m->q_dim, c->kv_heads, hd, cs, sn, 1.0f);
       if (sq->k && t < sq->len) { /* into the cache, where attention reads every key */
-        for (int j = 0; j < m->kv_dim; j++) sq->k[(int64_t)j * sq->key_ld + pos] = row[m->q_dim + j];
+        float *kb = sq->k + (int64_t)(pos / MRL_ATTN_COLS) * m->kv_dim * MRL_ATTN_COLS +
+                    pos % MRL_ATTN_COLS;
+        for (int j = 0; j < m->kv_dim; j++) kb[(int64_t)j * MRL_ATTN_COLS] = row[m->q_dim + j];
         memcpy(sq->v + (int64_t)pos * m->kv_dim, row + m->q_dim + m->kv_dim,
                sizeof(float) * (size_t)m->kv_dim);
       }

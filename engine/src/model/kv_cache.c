@@ -11,8 +11,9 @@
 struct mrl_kv_cache {
   mrl_model *model;
   int slots, capacity;
-  /* per layer and slot: the keys transposed, kv_dim rows of key_ld (attention reads them so),
-   * and the values, capacity rows of kv_dim */
+  /* per layer and slot: the keys transposed in blocks of MRL_ATTN_COLS positions (as attention
+   * reads them; mrl_block_seq says how), key_ld positions in all, and the values, capacity rows
+   * of kv_dim */
   float *keys, *values;
   int64_t key_ld;        /* capacity, padded as mrl__attn_key_columns asks */
   int *length;           /* tokens held per slot */
@@ -223,7 +224,8 @@ const float *mrl_kv_cache_logits(const mrl_kv_cache *c, int slot) {
   return c->logits + (int64_t)slot * c->model->cfg.vocab;
 }
 
-/* The transposed keys of a layer and slot: kv_dim rows of key_ld. */
+/* The transposed keys of a layer and slot: key_ld / MRL_ATTN_COLS blocks of kv_dim x
+ * MRL_ATTN_COLS. */
 static float *slot_keys(const mrl_kv_cache *c, int layer, int slot) {
   return c->keys + ((int64_t)layer * c->slots + slot) * c->model->kv_dim * c->key_ld;
 }
@@ -240,10 +242,10 @@ mrl_status mrl_kv_cache_copy(mrl_kv_cache *c, int src, int dst, uint64_t seed) {
   if (st || (st = check_slot(c, fn, dst))) return st;
   if (src == dst) return mrl__fail(c->model->engine, MRL_ERR_INVALID, fn, "src and dst are the same");
   int kv = c->model->kv_dim, len = c->length[src];
+  size_t key_blocks = (size_t)(len + MRL_ATTN_COLS - 1) / MRL_ATTN_COLS;
   for (int l = 0; l < c->model->cfg.layers; l++) {
-    for (int j = 0; j < kv; j++)
-      memcpy(slot_keys(c, l, dst) + j * c->key_ld, slot_keys(c, l, src) + j * c->key_ld,
-             sizeof(float) * (size_t)len);
+    memcpy(slot_keys(c, l, dst), slot_keys(c, l, src),
+           sizeof(float) * key_blocks * (size_t)kv * MRL_ATTN_COLS);
     memcpy(slot_values(c, l, dst, 0), slot_values(c, l, src, 0),
            sizeof(float) * (size_t)kv * (size_t)len);
   }
@@ -309,7 +311,7 @@ mrl_status mrl_kv_cache_append(mrl_kv_cache *c, int n, const int *slots, const i
   const float *W = m->weights;
   for (int i = 0, r = 0; i < n; r += counts[i], i++) {
     c->seq[i] = (mrl_block_seq){.row = r, .rows = counts[i], .len = counts[i],
-                                .pos = c->length[slots[i]], .key_ld = c->key_ld};
+                                .pos = c->length[slots[i]]};
     for (int k = 0; k < counts[i]; k++)
       memcpy(c->x + (int64_t)(r + k) * D, W + m->embed + (int64_t)tokens[r + k] * D,
              sizeof(float) * (size_t)D);

@@ -113,14 +113,15 @@ enum { MRL_ATTN_BLOCK = 128 };
  * positions pos, pos + 1, ...; the first len are real tokens, the rest right padding (their
  * attention output is zero and nothing attends to them). Row t attends to positions 0 .. pos + t.
  * Keys and values: with k == NULL they are the sequence's own rows of qkv (pos is 0: training);
- * otherwise they are a KV-cache slot's, of this layer: keys transposed, component j of position
- * p's key at k[j * key_ld + p] (key_ld >= mrl__attn_key_columns(pos + len)), position p's value
- * at v + p kv_dim. Positions before pos are there already; the block writes those of its rows. */
+ * otherwise they are a KV-cache slot's, of this layer. Its keys are transposed in blocks of
+ * C = MRL_ATTN_COLS positions, a block's kv_dim rows of C side by side: component j of position
+ * p's key at k[(p / C) kv_dim C + j C + p % C], blocks up to mrl__attn_key_columns(pos + len) / C
+ * (a token's key lands in one block, a line per component); position p's value at v + p kv_dim.
+ * Positions before pos are there already; the block writes those of its rows. */
 typedef struct mrl_block_seq {
   int64_t row;
   int rows, len, pos;
   float *k, *v;
-  int64_t key_ld;
   float *probs; /* kept attention probabilities, heads x rows x probs_width; NULL: not kept */
 } mrl_block_seq;
 
@@ -153,21 +154,23 @@ int64_t mrl__block_work(const mrl_model *m, int max_rows, int max_keys);
 
 /* attention.c: one head of one sequence. q (rows, hd; row stride ldq) are queries at positions
  * pos .. pos + rows - 1, attending to the keys and values of positions 0 .. pos + rows - 1.
- * Forward: out (rows, hd; ldo) = softmax(q k^T / sqrt(hd), causal) v, with the keys transposed,
- * kt (hd, ldkt): component d of key s at kt[d * ldkt + s], readable (any values) up to column
- * mrl__attn_key_columns(pos + rows); v (pos + rows, hd; ldv). probs (rows, ldp), when not NULL,
- * receives the probabilities, zero past each row's range up to width.
+ * Forward: out (rows, hd; ldo) = softmax(q k^T / sqrt(hd), causal) v, with the keys transposed
+ * in column tiles of MRL_ATTN_COLS: component d of key s at kt[d ldkt + (s / C) ldkc + s % C]
+ * (plain rows: ldkc = C), readable (any values) up to column mrl__attn_key_columns(pos + rows);
+ * v (pos + rows, hd; ldv). probs (rows, ldp), when not NULL, receives the probabilities, zero
+ * past each row's range up to width. The reference takes plain rows (kt, ldkt).
  * Backward (pos 0, probs kept): k, v (rows, hd; ldkv) as rows; dq (rows, hd; lddq) = the gradient
  * of q (written), dk and dv (rows, hd; lddkv) += those of k and v, from dout (rows, hd; lddo).
  * work: the _work floats. The _ref versions are the reference (mrl__gemm, calling thread only). */
+enum { MRL_ATTN_COLS = 16 }; /* columns of the kernels' tiles */
 int64_t mrl__attn_key_columns(int keys);
 /* kt (hd, ldkt) = the transpose of keys rows of k (row stride ldk), zero past them. */
 void mrl__attn_transpose_keys(float *kt, int64_t ldkt, const float *k, int64_t ldk, int keys,
                               int hd);
 int64_t mrl__attn_forward_work(int hd, int keys);
 void mrl__attn_forward(float *out, int64_t ldo, float *probs, int64_t ldp, int width,
-                       const float *q, int64_t ldq, const float *kt, int64_t ldkt, const float *v,
-                       int64_t ldv, int rows, int pos, int hd, float *work);
+                       const float *q, int64_t ldq, const float *kt, int64_t ldkt, int64_t ldkc,
+                       const float *v, int64_t ldv, int rows, int pos, int hd, float *work);
 int64_t mrl__attn_forward_ref_work(int rows, int keys);
 void mrl__attn_forward_ref(float *out, int64_t ldo, float *probs, int64_t ldp, int width,
                            const float *q, int64_t ldq, const float *kt, int64_t ldkt,

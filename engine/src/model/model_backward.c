@@ -175,7 +175,8 @@ mrl_status mrl_model_backward_hidden(mrl_model *m, const int32_t *targets,
     attention_backward_job job = {m,     dqkv, dattn, qkv, a->probs + l * probs_per_layer,
                                   a->lengths, T, m->scratch[SCRATCH_ATTN_WORK].p, work};
     double flops = 0.0;
-    for (int b = 0; b < B; b++) flops += 4.0 * c->heads * m->head_dim * a->lengths[b] * a->lengths[b];
+    for (int b = 0; b < B; b++)
+      flops += 4.0 * c->heads * m->head_dim * a->lengths[b] * a->lengths[b];
     int64_t units = (int64_t)B * c->kv_heads;
     if (m->reference_attention) /* OpenBLAS products: the calling thread only */
       for (int64_t u = 0; u < units; u++) attention_backward_unit(&job, u, 0);
