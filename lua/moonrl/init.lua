@@ -20,6 +20,8 @@ local rl = {
   env = require("moonrl.env"), -- the environment protocol
   parse = require("moonrl.parse"), -- tool-call and answer parsing (line and Hermes formats)
   batch = require("moonrl.batch"), -- trajectory batches: stats, select, concat, to_jsonl, load
+  curriculum = require("moonrl.curriculum"), -- task sources, samplers and gates chosen from
+                            -- measured success: rl.curriculum.new{source =, sampler =, ...}
   train = require("moonrl.train"), -- the RL trainer: rl.train{model=, env=, tokenizer=, ...};
                             -- its stages: rl.train.advantage.register(name, fn), rl.train.rollout, ...
   plot = require("moonrl.plot"), -- learning curves as SVG
