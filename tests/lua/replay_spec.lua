@@ -61,12 +61,7 @@ end
 
 local function one(reward) return make_batch(1, 1, function() return reward end) end
 
-local function tmpdir()
-  local path = os.tmpname()
-  os.remove(path)
-  assert(rl.fs.mkdir(path))
-  return path
-end
+local tmpdir = H.tmpdir
 
 describe("rl.replay", function()
   -- acceptance test 20, part 1
@@ -453,11 +448,7 @@ end)
 
 -- ---------------------------------------------------------------- rl.train{replay = ...}
 
-local function read_lines(path)
-  local out = {}
-  for line in io.lines(path) do out[#out + 1] = assert(rl.json.decode(line)) end
-  return out
-end
+local read_lines = H.read_json_lines
 
 -- The run: guess_letter (multi-turn) with GiGPO, KL, an SFT warm start, evaluation, and a
 -- replay buffer with a reward graph whose version differs from the episodes' (every replayed

@@ -7,12 +7,7 @@ local H = dofile((debug.getinfo(1, "S").source:match("^@(.*/)") or "./") .. "hel
 local rl = require "moonrl"
 local skills = rl.skills
 
-local function tmpdir()
-  local path = os.tmpname()
-  os.remove(path)
-  assert(rl.fs.mkdir(path))
-  return path
-end
+local tmpdir = H.tmpdir
 
 local function exists(path)
   local f = io.open(path, "rb")
