@@ -354,6 +354,18 @@ end
     H.sh("rm -rf " .. H.shell_quote(dir))
   end)
 
+  it("evaluates with eval's default fields when the option is left out", function()
+    local dir = tmpdir()
+    local r = rl.train { model = model(), tokenizer = tok, env = guess, dir = dir, name = "noeval",
+      steps = 1, tasks_per_step = 2, group_size = 2, max_turn_tokens = 1, progress = false,
+      evaluate = function(ctx)
+        return { tasks = ctx.cfg.eval.tasks, k = ctx.cfg.eval.k, every = ctx.cfg.eval.every }
+      end }
+    -- defaults: 32 tasks, k = 4, every 5 steps (step 1 is the last, so it evaluates)
+    assert.are.same({ 32, 4, 5 }, { r.after["eval/tasks"], r.after["eval/k"], r.after["eval/every"] })
+    H.sh("rm -rf " .. H.shell_quote(dir))
+  end)
+
   it("writes metrics, readable episodes, an SVG curve and one checkpoint", function()
     local dir = tmpdir()
     local r = run(dir, "files", { steps = 2, overlong = { max_len = 60, buffer = 20 },

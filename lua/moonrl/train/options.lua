@@ -593,6 +593,7 @@ function M.check(o)
       end
       v = spec.default
       if type(v) == "function" then v = v(c) end
+      if SUB[k] and type(v) == "table" then v = sub_table(k, v) end -- the default's own fields
     else
       local want = spec.check(v)
       if type(want) == "table" then return nil, want[1] end
