@@ -261,6 +261,7 @@ local function step_once(ctx, step)
       for name, on in pairs(ctx.graph:observe(step, held)) do mt["reward/" .. name .. "/alarm"] = on and 1 or 0 end
     end
   end
+  mt["time/tasks"] = tasks.seconds(ctx)
   mt["time/step"] = core.clock() - t0
   return mt, batch
 end

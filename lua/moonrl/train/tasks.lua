@@ -47,11 +47,22 @@ local function source(ctx)
   return c.tasks or M.env_tasks
 end
 
+-- The seconds the task stage took (sample and update) since the last call; metric time/tasks.
+function M.seconds(ctx)
+  local s = ctx.task_seconds or 0
+  ctx.task_seconds = 0
+  return s
+end
+
+local function timed(ctx, t0) ctx.task_seconds = (ctx.task_seconds or 0) + core.clock() - t0 end
+
 -- n tasks for a training step.
 function M.sample(ctx, step, n, seed)
+  local t0 = core.clock()
   local src = source(ctx)
   local list
   if type(src) == "function" then list = src(ctx, step, n, seed) else list = src:sample(ctx, step, n, seed) end
+  timed(ctx, t0)
   if type(list) ~= "table" or #list ~= n then
     error(string.format("train: tasks: the task source returned %s for %d tasks (a list of %d "
       .. "expected)", type(list) == "table" and #list .. " tasks" or type(list), n, n), 0)
@@ -81,12 +92,16 @@ end
 -- episodes of the dropped groups (only a curriculum sees those). Returns metrics to log (a
 -- curriculum's) or nil.
 function M.update(ctx, step, batch, rejected)
+  local t0 = core.clock()
   local src = source(ctx)
+  local mt
   if ctx.cfg.curriculum then
-    return curriculum_metrics(ctx.cfg.curriculum, src:update(ctx, step, batch, rejected))
+    mt = curriculum_metrics(ctx.cfg.curriculum, src:update(ctx, step, batch, rejected))
+  elseif batch and type(src) == "table" and src.update then
+    src:update(ctx, step, batch)
   end
-  if batch and type(src) == "table" and src.update then src:update(ctx, step, batch) end
-  return nil
+  timed(ctx, t0)
+  return mt
 end
 
 -- The source's state for state.json (nil when it keeps none), and its restoration.
