@@ -265,6 +265,7 @@ local function probe_retired(self, ctx, seed, out)
       if ok then
         for j = #self.retired, 1, -1 do if self.retired[j] == key then table.remove(self.retired, j) end end
         self.active[#self.active + 1] = key
+        self.windows[key] = {}
         if self.novelty then self.novelty:add(rec.task, "pool", rec.id) end
         rec.regressed = rec.regressed or {}
         rec.regressed[#rec.regressed + 1] = { step = self.t, p = ps[i].p }
@@ -491,7 +492,7 @@ end
 
 function Loop:state()
   local windows = {}
-  for _, key in ipairs(self.active) do windows[#windows + 1] = { key = key, w = json.array(data(self.windows[key] or {})) } end
+  for _, key in ipairs(self.active) do windows[#windows + 1] = { key = key, w = json.array(data(self.windows[key])) } end
   return { version = STATE_VERSION, t = self.t, records = json.array(data(self.records)),
     active = json.array(data(self.active)), retired = json.array(data(self.retired)), probe_at = self.probe_at,
     windows = json.array(windows), totals = data(self.totals),

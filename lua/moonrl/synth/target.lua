@@ -2,18 +2,22 @@
 -- of them for the proposer's prompt (rl.synth.target).
 --
 --   local tg = rl.synth.target { from = cur, by = { "end", "tool_error", "cell", "state" },
---     clusters = 8, exemplars = 3, decay = 0.9 }
+--     clusters = 8, exemplars = 3, decay = 0.9, weight = "rate" }
 --   tg:observe(batch)              -- the loop feeds it each training batch
---   tg:clusters()                  -- {{signature =, weight =, share =, exemplars = {task...}}, ...}
+--   tg:clusters()                  -- {{signature =, weight =, share =, rate =, failures =,
+--                                  --   episodes =, exemplars = {task...}}, ...}
 --   tg:exemplars(n, rng)           -- n exemplar tasks, clusters drawn by their weight
 --
--- A failed episode (not ep.success; unscorable ones are left out) has a signature: its features
--- joined with " | ", each "name=value": "end" (ep["end"]: done, max_turns, budget, env_error),
--- "tool_error" (whether a turn's tool call failed), "fatal" (whether fatal-aware masking cut the
--- episode), "cell" (task.cell, the curriculum's), "state" (the state_key of the turn that ended
--- the episode), or fn(ep) -> string. Each observe multiplies every cluster's weight by decay
--- and adds 1 per failure; the `clusters` heaviest signatures are the clusters (ties: the one
--- seen first), each keeping its `exemplars` latest distinct tasks.
+-- An episode has a signature: its features joined with " | ", each "name=value": "end"
+-- (ep["end"]: done, max_turns, budget, env_error), "tool_error" (whether a turn's tool call
+-- failed), "fatal" (whether fatal-aware masking cut the episode), "cell" (task.cell, the
+-- curriculum's), "state" (the state_key of the turn that ended the episode), or fn(ep) -> string.
+-- Per signature the target counts episodes and failures (not ep.success; unscorable episodes
+-- are left out), both multiplied by decay at each observe. A signature with failures is a
+-- cluster; its weight is its failure rate (failures + 1) / (episodes + 2) with weight = "rate"
+-- (the default: a kind of task the policy fails on most, however rare), or its failure count
+-- with weight = "count" (where most failures are). The `clusters` heaviest are kept (ties: the
+-- one seen first), each with its `exemplars` latest distinct failed tasks.
 local argcheck = require "moonrl.argcheck"
 local core = require "moonrl.core"
 
@@ -67,11 +71,12 @@ function M.target(opts)
     { "clusters", 8, argcheck.integer(1) },
     { "exemplars", 3, argcheck.integer(1) },
     { "decay", 0.9, argcheck.number(0, 1) },
+    { "weight", "rate", argcheck.one_of { "rate", "count" } },
   }, 2)
   local by = {}
   for i, x in ipairs(o.by) do by[i] = x end
   return setmetatable({ from = o.from, by = by, max_clusters = o.clusters, max_exemplars = o.exemplars,
-    decay = o.decay, sigs = {}, order = {}, observed = 0, failures = 0 }, Target)
+    decay = o.decay, weight = o.weight, sigs = {}, order = {}, observed = 0, failures = 0 }, Target)
 end
 
 function M.is_target(v) return getmetatable(v) == Target end
@@ -92,51 +97,64 @@ local function task_id(task)
   return ok and s or tostring(task)
 end
 
--- tg:observe(batch): its failed episodes join their clusters.
+-- tg:observe(batch): its episodes count towards their signatures, its failures join them.
 function Target:observe(batch)
-  for _, name in ipairs(self.order) do self.sigs[name].weight = self.sigs[name].weight * self.decay end
+  for _, name in ipairs(self.order) do
+    local c = self.sigs[name]
+    c.fails, c.total = c.fails * self.decay, c.total * self.decay
+  end
   for _, ep in ipairs(batch.episodes) do
-    self.observed = self.observed + 1
-    if not ep.success and ep.reward_status ~= "unscorable" and type(ep.task) == "table" then
-      self.failures = self.failures + 1
+    if ep.reward_status ~= "unscorable" and type(ep.task) == "table" then
+      self.observed = self.observed + 1
       local sig = self:signature(ep)
       local c = self.sigs[sig]
       if not c then
-        c = { weight = 0, count = 0, exemplars = {}, first = #self.order + 1 }
+        c = { fails = 0, total = 0, count = 0, exemplars = {}, first = #self.order + 1 }
         self.sigs[sig] = c
         self.order[#self.order + 1] = sig
       end
-      c.weight, c.count = c.weight + 1, c.count + 1
-      local id = task_id(ep.task)
-      for i = #c.exemplars, 1, -1 do
-        if task_id(c.exemplars[i]) == id then table.remove(c.exemplars, i) end
+      c.total = c.total + 1
+      if not ep.success then
+        self.failures = self.failures + 1
+        c.fails, c.count = c.fails + 1, c.count + 1
+        local id = task_id(ep.task)
+        for i = #c.exemplars, 1, -1 do
+          if task_id(c.exemplars[i]) == id then table.remove(c.exemplars, i) end
+        end
+        c.exemplars[#c.exemplars + 1] = ep.task
+        while #c.exemplars > self.max_exemplars do table.remove(c.exemplars, 1) end
       end
-      c.exemplars[#c.exemplars + 1] = ep.task
-      while #c.exemplars > self.max_exemplars do table.remove(c.exemplars, 1) end
     end
   end
 end
 
--- tg:clusters() -> the heaviest signatures, {signature =, weight =, share =, count =,
--- exemplars = {task, ...}} (latest last), heaviest first.
+local function weight_of(self, c)
+  if self.weight == "count" then return c.fails end
+  return (c.fails + 1) / (c.total + 2)
+end
+
+-- tg:clusters() -> the heaviest signatures with failures, {signature =, weight =, share =,
+-- rate =, failures =, episodes =, count =, exemplars = {task, ...}} (latest last), heaviest
+-- first; failures and episodes are the decayed counts, count the failures ever seen.
 function Target:clusters()
   local list = {}
   for _, sig in ipairs(self.order) do
     local c = self.sigs[sig]
-    if c.weight > 1e-9 then list[#list + 1] = { sig = sig, c = c } end
+    if c.fails > 1e-9 and #c.exemplars > 0 then list[#list + 1] = { sig = sig, c = c, w = weight_of(self, c) } end
   end
   table.sort(list, function(a, b)
-    if a.c.weight ~= b.c.weight then return a.c.weight > b.c.weight end
+    if a.w ~= b.w then return a.w > b.w end
     return a.c.first < b.c.first
   end)
   local total = 0
-  for i = 1, math.min(#list, self.max_clusters) do total = total + list[i].c.weight end
+  for i = 1, math.min(#list, self.max_clusters) do total = total + list[i].w end
   local out = {}
   for i = 1, math.min(#list, self.max_clusters) do
     local c = list[i].c
     local ex = {}
     for j, t in ipairs(c.exemplars) do ex[j] = t end
-    out[i] = { signature = list[i].sig, weight = c.weight, share = c.weight / total, count = c.count, exemplars = ex }
+    out[i] = { signature = list[i].sig, weight = list[i].w, share = list[i].w / total, rate = c.fails / c.total,
+      failures = c.fails, episodes = c.total, count = c.count, exemplars = ex }
   end
   return out
 end
@@ -168,7 +186,7 @@ function Target:state()
   local sigs = {}
   for i, sig in ipairs(self.order) do
     local c = self.sigs[sig]
-    sigs[i] = { signature = sig, weight = c.weight, count = c.count, first = c.first,
+    sigs[i] = { signature = sig, fails = c.fails, total = c.total, count = c.count, first = c.first,
       exemplars = json.array(c.exemplars) }
   end
   return { observed = self.observed, failures = self.failures, clusters = json.array(sigs) }
@@ -180,7 +198,8 @@ function Target:load(st)
   end
   self.sigs, self.order = {}, {}
   for i, c in ipairs(st.clusters) do
-    self.sigs[c.signature] = { weight = c.weight, count = c.count, first = c.first or i, exemplars = c.exemplars or {} }
+    self.sigs[c.signature] = { fails = c.fails, total = c.total, count = c.count, first = c.first or i,
+      exemplars = c.exemplars or {} }
     self.order[i] = c.signature
   end
   self.observed, self.failures = st.observed or 0, st.failures or 0
@@ -189,7 +208,8 @@ end
 function Target:config()
   local by = {}
   for i, x in ipairs(self.by) do by[i] = type(x) == "function" and "<function>" or x end
-  return { by = by, clusters = self.max_clusters, exemplars = self.max_exemplars, decay = self.decay }
+  return { by = by, clusters = self.max_clusters, exemplars = self.max_exemplars, decay = self.decay,
+    weight = self.weight }
 end
 
 return M
