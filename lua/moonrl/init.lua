@@ -21,6 +21,8 @@ local rl = {
   parse = require("moonrl.parse"), -- tool-call and answer parsing (line and Hermes formats)
   batch = require("moonrl.batch"), -- trajectory batches: stats, select, concat, to_jsonl, load
   reward = require("moonrl.reward"), -- reward graphs: rl.reward.graph{terms = {...}}, judges, load
+  curriculum = require("moonrl.curriculum"), -- task sources, samplers and gates chosen from
+                            -- measured success: rl.curriculum.new{source =, sampler =, ...}
   train = require("moonrl.train"), -- the RL trainer: rl.train{model=, env=, tokenizer=, ...};
                             -- its stages: rl.train.advantage.register(name, fn), rl.train.rollout, ...
   replay = require("moonrl.replay"), -- replay buffers: rl.replay.new{capacity =, priority =, ...}

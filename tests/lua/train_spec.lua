@@ -903,6 +903,215 @@ end
     H.sh("rm -rf " .. H.shell_quote(dir))
   end)
 
+  -- ---------------------------------------------------------------- curricula
+  -- One turn: levels 1 and 2 always win, level 3 wins with a reply that starts with a lowercase
+  -- letter (learnt), levels 4 and 5 never win. A band curriculum climbs to level 3 or 4.
+  local level_env = {
+    name = "levels", max_turns = 1,
+    tasks = function(_, n)
+      local t = {}
+      for i = 1, n do t[i] = { level = 1, i = i } end
+      return t
+    end,
+    new = function()
+      local e = {}
+      function e.reset(self, task) self.level = task.level return "level " .. task.level end
+      function e.step(self, action)
+        local ok = self.level <= 2 or (self.level == 3 and action:match("^%l") ~= nil)
+        return nil, ok and 1 or 0, true, { success = ok }
+      end
+      return e
+    end,
+  }
+  local function level_curriculum(extra)
+    local C = rl.curriculum
+    local o = { source = C.procedural { gen = function(p, rng) return { level = p.level, x = rng:random(100) } end,
+      params = { level = C.range { 1, 5 } } }, sampler = C.band { min_samples = 8, cooldown = 0 }, seed = 2 }
+    for k, v in pairs(extra or {}) do o[k] = v end
+    return C.new(o)
+  end
+
+  it("trains from a curriculum: its tasks, per-cell metrics, every rolled-out group observed, its state kept", function()
+    local dir = tmpdir()
+    local cur = level_curriculum { gate = rl.curriculum.gate { reject = "zero_variance", max_tries = 3 } }
+    local seen = {}
+    local m = rl.model.new { vocab = 264, dim = 32, layers = 1, heads = 2, ffn = 64, ctx = 32, seed = 3 }
+    rl.train { model = m, tokenizer = tok, env = level_env, dir = dir, seed = 4, steps = 12,
+      tasks_per_step = 4, group_size = 8, max_turn_tokens = 1, lr = 1e-2, minibatch = 16,
+      eval = false, progress = false, plot = false, curriculum = cur,
+      on_step = function(_, mt) seen[#seen + 1] = mt end }
+    local rolled, observed, cells = 0, 0, 0
+    for _, mt in ipairs(seen) do
+      rolled = rolled + mt["sampling/tries"] * 4 * 8 -- the gate resamples only the dropped groups
+      observed = observed + mt["curriculum/episodes"]
+      for k in pairs(mt) do if k:match("^curriculum/level=%d/success$") then cells = cells + 1 end end
+      assert.is_number(mt["curriculum/level/level"])
+      if mt.episodes then assert.are.equal(0, mt.zero_variance_groups) end -- the gate's work
+    end
+    assert.is_true(observed > 12 * 4 * 8, "dropped groups are observed too: " .. observed)
+    assert.is_true(observed <= rolled)
+    assert.is_true(cells >= 12)
+    local st = cur:stats()
+    assert.is_true(#st.moves >= 2, "the level moved up as the policy learned")
+    assert.is_true(st.levels.level >= 3)
+    local state = rl.json.decode(slurp(dir .. "/levels/state.json"))
+    assert.are.equal("procedural", state.tasks.kind)
+    assert.are.equal(#st.moves, #state.tasks.sst.moves)
+    assert.are.equal("band", state.options.curriculum.sampler.name)
+    assert.are.equal(8, state.options.curriculum.sampler.min_samples)
+    -- options: one task source; the gate or dynamic sampling; the source's env must be rl.train's
+    local function opts(extra)
+      local o = { model = m, tokenizer = tok, env = level_env, dir = dir, eval = false, progress = false }
+      for k, v in pairs(extra) do o[k] = v end
+      return o
+    end
+    assert.matches("curriculum: the tasks option chooses the tasks too",
+      H.error_of(rl.train, opts { curriculum = level_curriculum(), tasks = function() end }))
+    assert.matches("its gate and dynamic_sampling both drop groups",
+      H.error_of(rl.train, opts { curriculum = cur, dynamic_sampling = true }))
+    assert.matches("curriculum: an rl.curriculum", H.error_of(rl.train, opts { curriculum = {} }))
+    local other = rl.curriculum.new { source = rl.curriculum.horizon { start = 1, stop = 2, env = guess } }
+    assert.matches("draws tasks of the environment guess_letter, rl.train's is levels",
+      H.error_of(rl.train, opts { curriculum = other }))
+    H.sh("rm -rf " .. H.shell_quote(dir))
+  end)
+
+  it("gives each task its horizon's max_turns, and starts backward tasks from their snapshots", function()
+    -- never done by itself: an episode lasts exactly its max_turns
+    local endless = { name = "endless", max_turns = 6,
+      tasks = function(_, n) local t = {} for i = 1, n do t[i] = { i = i } end return t end,
+      new = function() return { reset = function() return "go" end, step = function() return "more", 0, false end } end }
+    local C = rl.curriculum
+    local cur = C.new { source = C.horizon { start = 1, stop = 4, env = endless }, sampler = C.uniform() }
+    local dir = tmpdir()
+    local m = rl.model.new { vocab = 264, dim = 32, layers = 1, heads = 2, ffn = 64, ctx = 64, seed = 3 }
+    local batches = {}
+    rl.train { model = m, tokenizer = tok, env = endless, dir = dir, seed = 4, steps = 2, tasks_per_step = 8,
+      group_size = 2, max_turn_tokens = 1, eval = false, progress = false, plot = false, curriculum = cur,
+      log = function(_, _, _, batch) batches[#batches + 1] = batch end }
+    local horizons = {}
+    for _, b in ipairs(batches) do
+      if b then
+        for _, g in ipairs(b:groups()) do
+          local t = b.episodes[g.members[1]].task
+          horizons[t.max_turns] = true
+          for _, i in ipairs(g.members) do
+            local ep = b.episodes[i]
+            assert.are.equal(t, ep.task)
+            assert.are.equal(t.max_turns, ep.turns)
+            assert.are.equal("max_turns", ep["end"])
+          end
+        end
+      end
+    end
+    local n = 0
+    for _ in pairs(horizons) do n = n + 1 end
+    assert.is_true(n >= 3, "several horizons in one run")
+    -- backward: walk to task.goal, one step per turn, whatever the reply
+    local Walk = {}
+    Walk.__index = Walk
+    local walk = { name = "walk", max_turns = 8,
+      tasks = function(_, k, seed)
+        local rng, t = rl.rng(seed), {}
+        for i = 1, k do t[i] = { goal = rng:random(4, 8) } end
+        return t
+      end,
+      new = function() return setmetatable({}, Walk) end }
+    function Walk:reset(task) self.goal, self.at = task.goal, 0 return "at 0" end
+    function Walk:step()
+      self.at = self.at + 1
+      if self.at == self.goal then return nil, 1, true, { success = true } end
+      return "at " .. self.at, 0, false
+    end
+    function Walk:clone() return setmetatable({ goal = self.goal, at = self.at }, Walk) end
+    local back = C.new { source = C.backward { env = walk, k = C.levels { 2, 3 },
+      demos = function(task) local a = {} for i = 1, task.goal do a[i] = "+" end return a end } }
+    batches = {}
+    rl.train { model = m, tokenizer = tok, env = walk, dir = dir, name = "walk", seed = 4, steps = 2,
+      tasks_per_step = 6, group_size = 2, max_turn_tokens = 1, eval = false, progress = false, plot = false,
+      curriculum = back, log = function(_, _, _, batch) batches[#batches + 1] = batch end }
+    local checked = 0
+    for _, b in ipairs(batches) do
+      for _, ep in ipairs(b and b.episodes or {}) do
+        assert.are.equal(ep.task.goal - ep.task.start_turn, ep.turns) -- k turns left to walk
+        assert.are.equal(ep.task.params.k, ep.turns)
+        assert.is_true(ep.success)
+        checked = checked + 1
+      end
+    end
+    assert.are.equal(2 * 6 * 2, checked)
+    H.sh("rm -rf " .. H.shell_quote(dir))
+  end)
+
+  -- The curriculum resume run, loaded here and, for its resumed half, in another process.
+  local CURRICULUM_RUN = [==[
+local rl = require "moonrl"
+local level_env = {
+  name = "levels", max_turns = 1,
+  tasks = function(_, n) local t = {} for i = 1, n do t[i] = { level = 1, i = i } end return t end,
+  new = function()
+    local e = {}
+    function e.reset(self, task) self.level = task.level return "level " .. task.level end
+    function e.step(self, action)
+      local ok = self.level <= 2 or (self.level == 3 and action:match("^%l") ~= nil)
+      return nil, ok and 1 or 0, true, { success = ok }
+    end
+    return e
+  end,
+}
+return function(dir, name, extra)
+  local C = rl.curriculum
+  local cur = C.new { source = C.procedural { gen = function(p, rng) return { level = p.level, x = rng:random(1000) } end,
+    params = { level = C.range { 1, 5 } } }, sampler = C.band { min_samples = 8, cooldown = 0 },
+    gate = C.gate { max_tries = 2 }, seed = 2 }
+  local o = { model = rl.model.new { vocab = 264, dim = 32, layers = 1, heads = 2, ffn = 64, ctx = 32, seed = 3 },
+    tokenizer = rl.tokenizer.bytes(), env = level_env, dir = dir, name = name, seed = 4, steps = 10,
+    tasks_per_step = 4, group_size = 8, max_turn_tokens = 1, lr = 1e-2, minibatch = 16, eval = false,
+    progress = false, plot = false, curriculum = cur, log_episodes = 1000, checkpoint_every = 1 }
+  for k, v in pairs(extra or {}) do o[k] = v end
+  return rl.train(o), cur
+end
+]==]
+
+  it("resumes a curriculum run in another process: the same task stream and level history (acceptance test 14)", function()
+    local dir = tmpdir()
+    local config = dir .. "/run.lua"
+    local f = assert(io.open(config, "w"))
+    f:write(CURRICULUM_RUN)
+    f:close()
+    local runner = assert(loadfile(config))()
+    local _, cur = runner(dir, "full")
+    runner(dir, "cut", { stop_after = 4 })
+    local out, _, ok = H.run_lua([[
+      local runner = loadfile(arg[1])()
+      runner(arg[2], "cut", { resume = true })
+    ]], config, dir)
+    assert.is_true(ok, out)
+    local function tasks_of(name)
+      local list = {}
+      for _, ep in ipairs(read_lines(dir .. "/" .. name .. "/episodes.jsonl")) do
+        list[#list + 1] = string.format("%d %s %s", ep.step, ep.task.cell, ep.task.key)
+      end
+      return list
+    end
+    local tf, tc = tasks_of("full"), tasks_of("cut")
+    assert.is_true(#tf > 40)
+    assert.are.same(tf, tc)
+    local full = rl.json.decode(slurp(dir .. "/full/state.json"))
+    local cut = rl.json.decode(slurp(dir .. "/cut/state.json"))
+    assert.are.equal(rl.json.encode(full.tasks), rl.json.encode(cut.tasks)) -- every statistic
+    assert.is_true(#full.tasks.sst.moves >= 2, "the level moved")
+    assert.are.equal(#cur:stats().moves, #full.tasks.sst.moves)
+    local lf, lr = read_lines(dir .. "/full/metrics.jsonl"), read_lines(dir .. "/cut/metrics.jsonl")
+    assert.are.equal(#lf, #lr)
+    for i, rec in ipairs(lf) do
+      for k, v in pairs(rec) do
+        if not k:match("^time/") and k ~= "tokens_per_s" then assert.are.equal(v, lr[i][k], "step " .. rec.step .. " " .. k) end
+      end
+    end
+    H.sh("rm -rf " .. H.shell_quote(dir))
+  end)
+
   it("registers estimators by name, the built-ins among them, and checks what it is given", function()
     local A = rl.train.advantage
     for _, name in ipairs { "grpo", "rloo", "gigpo", "beacon", "gae" } do assert.is_table(A.get(name)) end

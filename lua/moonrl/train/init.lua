@@ -38,6 +38,10 @@
 --                                             -- info.milestone is true end segments
 --     fatal = nil,                            -- true or {threshold = 3}: fatal-aware masking
 --     dynamic_sampling = false,               -- DAPO: drop zero-variance groups, sample more
+--     curriculum = nil,                       -- an rl.curriculum: chooses the tasks (in place of
+--                                             -- env.tasks("train"), sets per-task max_turns for
+--                                             -- a horizon, observes every rolled-out group;
+--                                             -- its gate drops groups; its state in state.json)
 --     tree = nil,                             -- {turn = t, k = K}: each of group_size / K roots
 --                                             -- branches into K episodes after turn t (needs
 --                                             -- the env's clone()); GiGPO then compares the K
@@ -115,6 +119,7 @@ local function needs_reference(c) return c.kl_coef ~= 0 or c.kl_reward_coef ~= 0
 local function context(c)
   local m = c.model
   local ctx = { cfg = c, model = m, tokenizer = c.tokenizer, stages = stages(c) }
+  if c.curriculum then c.env = c.curriculum:wrap_env(c.env) end -- backward starts
   ctx.dir = c.dir .. "/" .. c.name
   local ok, err = core.fs.mkdir(ctx.dir)
   if not ok then error("train: " .. err, 0) end
@@ -196,7 +201,7 @@ local function step_once(ctx, step)
     mt["time/reward"] = core.clock() - t_rew
     for k, v in pairs(terms) do mt["reward/" .. k] = v end
     if c.kl_reward_coef ~= 0 then mt["reward/kl_penalty"] = -reward.kl_penalty(ctx, batch) end
-    tasks.update(ctx, step, batch)
+    for k, v in pairs(tasks.update(ctx, step, batch, info.rejected) or {}) do mt[k] = v end
     local st = batch:stats()
     mt["reward/mean"], mt["reward/std"], mt.success = st.reward_mean, st.reward_std, st.success
     mt.episodes, mt.turns_mean, mt.length_mean = st.episodes, st.turns_mean, st.length_mean
@@ -244,6 +249,7 @@ local function step_once(ctx, step)
     mt.tokens_per_s = st.tokens / math.max(core.clock() - t0, 1e-9)
   else
     mt.skipped = 1 -- dynamic sampling found no group with different rewards: no update
+    for k, v in pairs(tasks.update(ctx, step, nil, info.rejected) or {}) do mt[k] = v end
   end
   if eval.due(c, step) then
     local t2 = core.clock()

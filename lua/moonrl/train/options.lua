@@ -349,6 +349,12 @@ local function tasks_check(v)
   return "a function(ctx, step, n, seed) -> tasks or an object with :sample(ctx, step, n, seed)"
 end
 
+local function curriculum_check(v)
+  local mt = getmetatable(v)
+  if type(v) == "table" and type(mt) == "table" and mt.__name == "moonrl.curriculum" then return nil end
+  return "an rl.curriculum (rl.curriculum.new{...})"
+end
+
 local function either(...)
   local checks = { ... }
   return function(v)
@@ -463,6 +469,7 @@ opt("eval", function() return {} end,
   either(literal(false, "false"), table_of("eval", "a table {every =, tasks =, k =, ...}")))
 -- the stages
 opt("tasks", nil, tasks_check)
+opt("curriculum", nil, curriculum_check)
 opt("rollout", nil, func)
 opt("update", nil, func)
 opt("evaluate", nil, func)
@@ -515,6 +522,8 @@ function M.record(c)
       end
     elseif type(v) == "function" then
       out[k] = "<function>"
+    elseif k == "curriculum" then
+      out[k] = json.decode(json.encode(v:config()))
     elseif type(v) == "table" and (k == "tasks" or k == "checkpoint") then
       out[k] = "<object>"
     elseif k == "replay" then
@@ -574,6 +583,19 @@ local function relations(c)
     local probe = c.env.new()
     if type(probe) ~= "table" or type(probe.clone) ~= "function" then
       return "tree: the environment's instances need a clone() method"
+    end
+  end
+  local cur = c.curriculum
+  if cur then
+    if c.tasks then return "curriculum: the tasks option chooses the tasks too: give one of them" end
+    if cur.gate and c.dynamic_sampling then
+      return "curriculum: its gate and dynamic_sampling both drop groups: give one of them "
+        .. "(rl.curriculum.gate{reject = \"zero_variance\"} is dynamic sampling)"
+    end
+    local env = cur:env()
+    if env and env ~= c.env then
+      return string.format("curriculum: its source draws tasks of the environment %s, rl.train's is %s",
+        tostring(env.name), tostring(c.env.name))
     end
   end
   if c.sft and type(c.env.oracle) ~= "function" then

@@ -13,23 +13,34 @@ local tasks = require "moonrl.train.tasks"
 local mix = seedlib.mix
 local M = {}
 
--- The default stage: the engine's batched multi-turn rollout (ctx.ro). With req.tree, repeats /
--- k roots per task each branch into k episodes after tree.turn turns (all of a task's episodes
--- are its group).
-function M.run(ctx, req)
-  local list, seeds, groups = {}, {}, {}
-  local tree = req.tree
-  local roots = tree and req.repeats // tree.k or req.repeats
-  for t, task in ipairs(req.tasks) do
-    for _ = 1, roots do
-      list[#list + 1] = task
-      seeds[#seeds + 1] = mix(req.seed, #list)
-      groups[#groups + 1] = req.group_base + t
+-- The turns an episode of task may take: the task's own max_turns (a horizon curriculum's) or
+-- the max_turns option, less the turns a backward start already replayed (task.start_turn);
+-- at least 1.
+function M.horizon(c, task)
+  local h = c.max_turns
+  if type(task) == "table" then
+    local own, start = task.max_turns, task.start_turn
+    if own ~= nil then
+      if math.type(own) ~= "integer" or own < 1 then
+        error("train: rollout: task.max_turns: a positive integer expected, got " .. tostring(own), 0)
+      end
+      h = own
+    end
+    if start ~= nil then
+      if math.type(start) ~= "integer" or start < 0 then
+        error("train: rollout: task.start_turn: a non-negative integer expected, got " .. tostring(start), 0)
+      end
+      h = h - start
     end
   end
-  local c = ctx.cfg
+  return math.max(h, 1)
+end
+
+-- One ro:run of the listed episodes with one max_turns; the batch.
+local function run_once(ctx, req, list, seeds, groups, max_turns)
+  local c, tree = ctx.cfg, req.tree
   local results = ctx.ro:run {
-    tokenizer = ctx.tokenizer, env = c.env, tasks = list, seeds = seeds, max_turns = c.max_turns,
+    tokenizer = ctx.tokenizer, env = c.env, tasks = list, seeds = seeds, max_turns = max_turns,
     max_turn_tokens = c.max_turn_tokens, temperature = req.temperature, top_k = c.top_k,
     top_p = c.top_p, min_p = c.min_p, system = c.system, branch = tree,
   }
@@ -41,14 +52,55 @@ function M.run(ctx, req)
   return batchlib.from_rollout(ctx.ro, results, groups)
 end
 
+-- The default stage: the engine's batched multi-turn rollout (ctx.ro). With req.tree, repeats /
+-- k roots per task each branch into k episodes after tree.turn turns (all of a task's episodes
+-- are its group). Tasks with different horizons (M.horizon) are rolled out in one ro:run per
+-- horizon, in order of first appearance, and their batches concatenated.
+function M.run(ctx, req)
+  local list, seeds, groups, turns = {}, {}, {}, {}
+  local tree = req.tree
+  local roots = tree and req.repeats // tree.k or req.repeats
+  local c = ctx.cfg
+  for t, task in ipairs(req.tasks) do
+    local h = M.horizon(c, task)
+    for _ = 1, roots do
+      list[#list + 1] = task
+      seeds[#seeds + 1] = mix(req.seed, #list)
+      groups[#groups + 1] = req.group_base + t
+      turns[#turns + 1] = h
+    end
+  end
+  local by, order = {}, {}
+  for i, h in ipairs(turns) do
+    if not by[h] then
+      by[h] = {}
+      order[#order + 1] = h
+    end
+    local b = by[h]
+    b[#b + 1] = i
+  end
+  if #order == 1 then return run_once(ctx, req, list, seeds, groups, order[1]) end
+  local parts = {}
+  for k, h in ipairs(order) do
+    local l, s, g = {}, {}, {}
+    for j, i in ipairs(by[h]) do l[j], s[j], g[j] = list[i], seeds[i], groups[i] end
+    parts[k] = run_once(ctx, req, l, s, g, h)
+  end
+  return batchlib.concat(parts)
+end
+
 -- The batch of training step `step`: tasks_per_step tasks of group_size episodes each. With
 -- dynamic_sampling, groups whose episodes all got one reward are dropped and more tasks drawn
--- (up to max_sampling_tries). Returns the batch (nil when every group was dropped) and
--- {tries =, groups_drawn =, groups_dropped =}.
+-- (up to max_sampling_tries); a curriculum's gate (rl.curriculum.gate) decides instead which
+-- groups to drop, and whether to draw more (resample, up to its max_tries). Returns the batch
+-- (nil when every group was dropped) and {tries =, groups_drawn =, groups_dropped =, rejected =
+-- the dropped groups' episodes}.
 function M.sample(ctx, step)
   local c = ctx.cfg
+  local gate = c.curriculum and c.curriculum.gate
   local want = c.tasks_per_step
-  local parts, kept, tries, drawn, filtered = {}, 0, 0, 0, 0
+  local parts, kept, tries, drawn, filtered, rejected = {}, 0, 0, 0, 0, {}
+  local max_tries = gate and (gate.resample and gate.max_tries or 1) or c.max_sampling_tries
   repeat
     tries = tries + 1
     local list = tasks.sample(ctx, step, want, mix(c.seed, step, tries))
@@ -56,22 +108,32 @@ function M.sample(ctx, step)
       seed = mix(c.seed, step, tries, 7), temperature = c.temperature,
       group_base = tries * 100000, tree = c.tree })
     drawn = drawn + #list
-    if not c.dynamic_sampling then return b, { tries = 1, groups_drawn = drawn, groups_dropped = 0 } end
+    if not (c.dynamic_sampling or gate) then
+      return b, { tries = 1, groups_drawn = drawn, groups_dropped = 0, rejected = rejected }
+    end
     local keep = {}
     for _, g in ipairs(b:groups()) do
-      local first, varied = b.episodes[g.members[1]].reward, false
-      for _, i in ipairs(g.members) do varied = varied or b.episodes[i].reward ~= first end
-      if varied and kept < c.tasks_per_step then
+      local members = {}
+      for j, i in ipairs(g.members) do members[j] = b.episodes[i] end
+      local drop
+      if gate then
+        drop = gate:rejects(members)
+      else
+        drop = true
+        for _, ep in ipairs(members) do drop = drop and ep.reward == members[1].reward end
+      end
+      if not drop and kept < c.tasks_per_step then
         for _, i in ipairs(g.members) do keep[#keep + 1] = i end
         kept = kept + 1
       else
         filtered = filtered + 1
+        for _, ep in ipairs(members) do rejected[#rejected + 1] = ep end
       end
     end
     if #keep > 0 then parts[#parts + 1] = b:select(keep) end
     want = c.tasks_per_step - kept
-  until kept >= c.tasks_per_step or tries >= c.max_sampling_tries
-  local info = { tries = tries, groups_drawn = drawn, groups_dropped = filtered }
+  until kept >= c.tasks_per_step or tries >= max_tries
+  local info = { tries = tries, groups_drawn = drawn, groups_dropped = filtered, rejected = rejected }
   if #parts == 0 then return nil, info end
   return batchlib.concat(parts), info
 end
