@@ -2,7 +2,7 @@
 --
 --   rl.synth.proposer { policy = "self" | <rl.model> | <client>, tokenizer =, contract = c,
 --     prompt = string | fn(exemplar, ctx) -> string, seeds = { task, ... }, temperature =,
---     group = 4, max_tokens = 48, demos = fn(exemplar, rng) -> text, learn = true }
+--     group = 4, max_tokens = 48, demos = fn(exemplar, rng) -> text, warm_start = 0, learn = true }
 --   rl.synth.mutate { from = cur, fn = fn(task, rng) -> task | nil }
 --
 -- Both are objects with p:propose(ctx, n, seed, exemplars) -> n proposals {text = or task =,
@@ -18,7 +18,8 @@
 -- optimizer and learning rate). The prompt is `prompt` with {exemplar} replaced by the contract's
 -- rendering of the exemplar (a function gets the exemplar itself). p:sft_examples(tok, n, seed)
 -- are warm-start demonstrations: a prompt for a seed and the text demos(seed, rng) returns (by
--- default another seed's rendering), which rl.train adds to its SFT data.
+-- default another seed's rendering); rl.train adds warm_start of them to its SFT data when the
+-- proposer is the policy ("self") and the run has an sft warm start.
 local core = require "moonrl.core"
 local argcheck = require "moonrl.argcheck"
 local batchlib = require "moonrl.batch"
@@ -95,6 +96,7 @@ function M.proposer(opts)
     { "group", 4, argcheck.integer(1) },
     { "max_tokens", 48, argcheck.integer(1) },
     { "demos", nil, argcheck.kind("function", "a function(exemplar, rng) -> text") },
+    { "warm_start", 0, argcheck.integer(0) },
     { "learn", nil, argcheck.kind("boolean", "true or false") },
   }, 2)
   local local_model = o.policy == "self" or is_model(o.policy)
@@ -113,7 +115,7 @@ function M.proposer(opts)
   local kind = o.policy == "self" and "self" or is_model(o.policy) and "model" or "client"
   return setmetatable({ policy = o.policy, kind = kind, tokenizer = o.tokenizer, contract = o.contract,
     prompt = o.prompt, seeds = seeds, temperature = o.temperature, group = o.group,
-    max_tokens = o.max_tokens, demos = o.demos, learns = (o.learn == nil and local_model) or o.learn == true },
+    max_tokens = o.max_tokens, demos = o.demos, warm_start = o.warm_start, learns = (o.learn == nil and local_model) or o.learn == true },
     Proposer)
 end
 
@@ -245,7 +247,7 @@ end
 
 function Proposer:config()
   return { kind = self.kind, group = self.group, max_tokens = self.max_tokens,
-    temperature = self.temperature, seeds = #self.seeds, learn = self.learns }
+    temperature = self.temperature, seeds = #self.seeds, learn = self.learns, warm_start = self.warm_start }
 end
 
 -- ---------------------------------------------------------------- mutate
