@@ -227,7 +227,7 @@ check-torch: all
 FUZZ_SECONDS ?= 600
 FUZZ_DIR     := build-fuzz
 FUZZ_SRC     := tests/fuzz/fuzz_safetensors.c engine/src/model/safetensors.c \
-                $(addprefix engine/src/base/,json.c utf8.c file.c engine.c rng.c) \
+                $(addprefix engine/src/base/,json.c utf8.c file.c engine.c pool.c rng.c) \
                 engine/src/tensor/tensor.c engine/src/tensor/tensor_ops.c
 
 .PHONY: fuzz

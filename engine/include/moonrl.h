@@ -11,7 +11,9 @@
  * - Dimensions are 0-based; a negative dimension counts from the end (-1 is the last).
  * - Ownership is stated on every function that returns a pointer. "Caller owns" means: free it
  *   with the named `_free` function. "Borrowed" means: do not free; valid for as long as stated.
- * - An engine and everything made from it are used by one thread at a time.
+ * - An engine and everything made from it are used by one thread at a time. Engines are
+ *   independent: several threads may each use their own engine at once. An engine runs parts
+ *   of its work on threads of its own (mrl_engine_set_threads) while a call lasts.
  * - Lua-facing APIs (the `moonrl` Lua module) are 1-based; this C API is 0-based.
  */
 #ifndef MOONRL_H
@@ -94,6 +96,17 @@ MRL_API mrl_status mrl_engine_set_memory_limit(mrl_engine *e, size_t bytes);
 MRL_API size_t mrl_engine_memory_used(const mrl_engine *e);
 MRL_API size_t mrl_engine_memory_peak(const mrl_engine *e);
 
+/* Threads the engine's own work runs on: the calling thread plus threads - 1 workers, which
+ * compute attention (per sequence and head, in the model's forward and backward passes and in
+ * KV-cache appends), SwiGLU (per block of rows) and sampling (per slot). 0 means the online
+ * cores, the default. The workers start when a call first needs them and are joined when the
+ * engine's memory goes (or the count changes); starting them can fail that call with
+ * MRL_ERR_NOMEM. Results do not depend on the count: each piece of work is done whole by one
+ * thread. OpenBLAS's threads, which the matrix products on the calling thread use, are separate
+ * (mrl_blas_set_threads). */
+MRL_API mrl_status mrl_engine_set_threads(mrl_engine *e, int threads);
+MRL_API int mrl_engine_threads(const mrl_engine *e); /* -1 for NULL */
+
 /* The engine's default RNG (seeded with 0 at creation). Borrowed: lives as long as the engine. */
 MRL_API mrl_rng *mrl_engine_rng(mrl_engine *e);
 
@@ -132,7 +145,7 @@ MRL_API mrl_status mrl_blas_info(const char **core, int *threads, const char **c
  * before OpenBLAS is loaded (that is, before main, so re-exec or set it in the launcher). */
 MRL_API const char *mrl_blas_recommended_coretype(void);
 
-/* Sets the number of OpenBLAS threads (process-wide). */
+/* Sets the number of OpenBLAS threads (process-wide; the engine itself never changes it). */
 MRL_API mrl_status mrl_blas_set_threads(int threads);
 
 /* ---- tensors -----------------------------------------------------------------------------
@@ -389,7 +402,9 @@ MRL_API mrl_status mrl_model_load_checkpoint(mrl_model *m, const char *path, int
  *     respect to logprobs[i] is dlogprobs[i] and with respect to entropy[i] is dentropy[i]
  *     (either may be NULL, meaning zeros). Masked cross-entropy is dlogprobs = -mask / count.
  * The LM head is computed in blocks of rows, so the full (positions x vocab) logits are never
- * held unless mrl_model_logits asks for them. */
+ * held unless mrl_model_logits asks for them. A forward that fails after its arguments were
+ * checked (out of memory) keeps no forward pass, not the previous one either: score, logits and
+ * backward refuse until a forward succeeds. A failed score or backward changes nothing. */
 MRL_API mrl_status mrl_model_forward(mrl_model *m, const int32_t *tokens, const int32_t *lengths,
                                      int batch, int steps);
 MRL_API mrl_status mrl_model_score(mrl_model *m, const int32_t *targets, float *logprobs,
@@ -449,12 +464,16 @@ MRL_API mrl_status mrl_kv_cache_new(mrl_model *m, int slots, int capacity, mrl_k
 MRL_API void mrl_kv_cache_free(mrl_kv_cache *c);
 MRL_API mrl_status mrl_kv_cache_reset(mrl_kv_cache *c, int slot, uint64_t seed);
 MRL_API int mrl_kv_cache_length(const mrl_kv_cache *c, int slot); /* -1 for bad arguments */
-/* Appends counts[i] tokens to slot slots[i] for i < n (tokens concatenated in that order). */
+/* Appends counts[i] tokens to slot slots[i] for i < n (tokens concatenated in that order). A
+ * slot is listed at most once. On failure no slot changes (lengths, logits). */
 MRL_API mrl_status mrl_kv_cache_append(mrl_kv_cache *c, int n, const int *slots,
                                        const int32_t *tokens, const int *counts);
-/* Draws the next token of each listed slot (it is not appended). logprobs (may be NULL) gets the
- * token's log-probability under the temperature-scaled distribution before top-k/top-p/min-p
- * (the behaviour log-probability; temperature 0 scores at temperature 1). */
+/* Draws the next token of each listed slot (it is not appended); a slot is listed at most once.
+ * logprobs (may be NULL) gets the token's log-probability under the temperature-scaled
+ * distribution before top-k/top-p/min-p (the behaviour log-probability; temperature 0 scores at
+ * temperature 1). Logits that are not finite (NaN or infinite weights or activations) fail the
+ * call with MRL_ERR_INVALID and a message naming the slot. On failure nothing is drawn: no
+ * stream advances and tokens/logprobs are not written. */
 MRL_API mrl_status mrl_kv_cache_sample(mrl_kv_cache *c, int n, const int *slots,
                                        const mrl_sampling *sampling, int32_t *tokens,
                                        float *logprobs);

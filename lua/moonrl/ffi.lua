@@ -1092,6 +1092,19 @@ function rl.blas_threads(n)
   lib.mrl_blas_set_threads(threads)
 end
 
+-- rl.threads([n]) -> count: sets (with n; 0 means the online cores) and returns the number of
+-- threads the engine computes on (attention, sampling). Results do not depend on it.
+function rl.threads(n)
+  if n ~= nil then
+    local threads = check_integer(n, 1)
+    if threads < 0 or threads > 1024 then
+      argerror(1, "threads: expected 0..1024 (0: the online cores)")
+    end
+    lib.mrl_engine_set_threads(engine, threads)
+  end
+  return lib.mrl_engine_threads(engine)
+end
+
 -- rl.seed(n): reseeds the engine's default RNG (used by randn/rand without a seed).
 function rl.seed(n)
   lib.mrl_rng_seed(lib.mrl_engine_rng(engine), as_u64(check_integer(n, 1)))

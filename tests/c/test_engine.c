@@ -1,6 +1,7 @@
 /* test_engine.c - unit tests of the engine handle: status texts and version, last-error messages,
- * memory accounting and limits, allocation failure at every step, lifetime (engine freed before
- * its objects), the RNG against a reference xoshiro256**, BLAS info, and the script API. */
+ * thread count and worker pool, memory accounting and limits, allocation failure at every step,
+ * lifetime (engine freed before its objects), the RNG against a reference xoshiro256**, BLAS
+ * info, and the script API. */
 #include "support.h"
 #include "tensor_internal.h"
 
@@ -120,6 +121,76 @@ static void test_engine_handle(void) {
   mrl_engine_free(e);
   CHECKF(c.live == 0 && c.bad_frees == 0 && c.resizes == 0,
          "live %ld, bad frees %ld, resizes %ld", c.live, c.bad_frees, c.resizes);
+}
+
+/* The engine's thread count: the online cores by default, 1..1024 or 0 (the online cores) when
+ * set; a bad count is refused and changes nothing. */
+static void test_engine_threads(void) {
+  CHECK(mrl_engine_set_threads(NULL, 2) == MRL_ERR_NULL && mrl_engine_threads(NULL) == -1);
+  mrl_engine *e = new_engine();
+  long online = sysconf(_SC_NPROCESSORS_ONLN);
+  int cores = online < 1 ? 1 : online > 1024 ? 1024 : (int)online;
+  CHECKF(mrl_engine_threads(e) == cores, "default %d threads, %d online cores",
+         mrl_engine_threads(e), cores);
+  CHECK(mrl_engine_set_threads(e, 3) == MRL_OK && mrl_engine_threads(e) == 3);
+  CHECK_FAILS(e, MRL_ERR_INVALID, "threads must be in 0..1024 (0: the online cores), got -1",
+              mrl_engine_set_threads(e, -1));
+  CHECK_FAILS(e, MRL_ERR_INVALID, "got 1025", mrl_engine_set_threads(e, 1025));
+  CHECK(mrl_engine_threads(e) == 3);
+  CHECK(mrl_engine_set_threads(e, 1) == MRL_OK && mrl_engine_threads(e) == 1);
+  CHECK(mrl_engine_set_threads(e, 0) == MRL_OK && mrl_engine_threads(e) == cores);
+  mrl_engine_free(e);
+}
+
+/* The worker pool (base/pool.c): every unit of a job runs exactly once, on a thread numbered
+ * below the count; starting the workers fails cleanly when an allocation fails; a new count
+ * joins them, and without started workers the calling thread runs everything. */
+typedef struct {
+  int count[1000], who[1000];
+} pool_probe;
+
+static void probe_unit(void *ctx, int64_t u, int worker) {
+  pool_probe *p = ctx;
+  p->count[u]++;
+  p->who[u] = worker;
+}
+
+static void test_pool(void) {
+  counting_alloc c;
+  mrl_engine *e = new_counting_engine(&c);
+  MUST(mrl_engine_set_threads(e, 4));
+  e->pool_min_work = 0;
+  long before = c.live;
+  for (long k = 0; k < 2; k++) {
+    counting_alloc_arm(&c, k);
+    CHECK_FAILS(e, MRL_ERR_NOMEM, "test: cannot allocate the engine's thread pool",
+                mrl__pool_start(e, "test"));
+    counting_alloc_arm(&c, -1);
+    CHECK(e->pool == NULL && c.live == before);
+  }
+  MUST(mrl__pool_start(e, "test"));
+  MUST(mrl__pool_start(e, "test")); /* running already: nothing to do */
+  CHECK(e->pool != NULL && c.live > before);
+  static pool_probe p;
+  memset(&p, 0, sizeof p);
+  for (int job = 0; job < 50; job++) mrl__pool_run(e, 1000, 1e9, probe_unit, &p);
+  mrl__pool_run(e, 0, 1e9, probe_unit, &p);
+  bool once = true, numbered = true;
+  for (int u = 0; u < 1000; u++) {
+    once &= p.count[u] == 50;
+    numbered &= p.who[u] >= 0 && p.who[u] < 4;
+  }
+  CHECK(once && numbered);
+  MUST(mrl_engine_set_threads(e, 2));
+  CHECK(e->pool == NULL && c.live == before);
+  memset(&p, 0, sizeof p);
+  mrl__pool_run(e, 1000, 1e9, probe_unit, &p); /* not started: the calling thread */
+  bool caller = true;
+  for (int u = 0; u < 1000; u++) caller &= p.count[u] == 1 && p.who[u] == 0;
+  CHECK(caller);
+  MUST(mrl__pool_start(e, "test"));
+  mrl_engine_free(e); /* joins them */
+  CHECKF(c.live == 0 && c.bad_frees == 0, "%ld blocks live, %ld bad frees", c.live, c.bad_frees);
 }
 
 static void test_memory_accounting(void) {
@@ -746,6 +817,8 @@ static const test_case tests[] = {
     {"clock_is_monotonic", test_clock_is_monotonic},
     {"blas_info", test_blas_info},
     {"engine_handle", test_engine_handle},
+    {"engine_threads", test_engine_threads},
+    {"pool", test_pool},
     {"memory_accounting", test_memory_accounting},
     {"memory_limit", test_memory_limit},
     {"allocation_failure_at_every_step", test_allocation_failure_at_every_step},

@@ -1,6 +1,7 @@
 /* test_kv_cache.c - incremental decoding against the full forward pass (one run, token by token,
  * ragged batches), and sampling: greedy, seeds per sequence independent of the batch, behaviour
- * log-probabilities, and the support of top-k / top-p / min-p; argument errors. */
+ * log-probabilities, and the support of top-k / top-p / min-p; argument errors; allocation
+ * failures in appends and sampling that change nothing; non-finite logits refused. */
 #include "model.h"
 #include "support.h"
 
@@ -330,6 +331,225 @@ static void test_copy_slot(void) {
   mrl_engine_free(e);
 }
 
+/* ---- failures change nothing ---- */
+
+/* Slot state that a failing call must leave as it was. */
+typedef struct {
+  int length[3];
+  bool has_logits[3];
+  float logits[3][VOCAB];
+} slot_state;
+
+static slot_state state_of(const mrl_kv_cache *c) {
+  slot_state st;
+  memset(&st, 0, sizeof st);
+  for (int i = 0; i < 3; i++) {
+    st.length[i] = mrl_kv_cache_length(c, i);
+    const float *z = mrl_kv_cache_logits(c, i);
+    st.has_logits[i] = z != NULL;
+    if (z) memcpy(st.logits[i], z, sizeof st.logits[i]);
+  }
+  return st;
+}
+
+/* The cache of both sweeps: slot 0 holds 3 tokens, appended on one thread (so the workers and
+ * the larger buffers the swept calls need are not there yet); then 3 threads. */
+static mrl_kv_cache *sweep_cache(mrl_engine *e, mrl_model **m, const int32_t *t) {
+  MUST(mrl_engine_set_threads(e, 1));
+  *m = make_model("qwen3", e, 21);
+  mrl_kv_cache *c = NULL;
+  MUST(mrl_kv_cache_new(*m, 3, CTX, &c));
+  int slot = 0, three = 3;
+  MUST(mrl_kv_cache_append(c, 1, &slot, t, &three));
+  MUST(mrl_engine_set_threads(e, 3));
+  e->pool_min_work = 0;
+  return c;
+}
+
+/* An append that fails at any of its allocations leaves lengths, logits and their validity as
+ * they were (it used to count the tokens in before allocating the logits), holds no more memory,
+ * and the append that then succeeds gives the bits of one that never failed. */
+static void test_append_allocation_failures(void) {
+  int32_t t[3 + 6 + 5];
+  tokens_of(t, 14, 31);
+  int slots[2] = {0, 1}, counts[2] = {6, 5};
+  mrl_engine *plain = new_engine();
+  mrl_model *pm;
+  mrl_kv_cache *pc = sweep_cache(plain, &pm, t);
+  MUST(mrl_kv_cache_append(pc, 2, slots, t + 3, counts));
+  slot_state want = state_of(pc);
+
+  counting_alloc ca;
+  mrl_engine *e = new_counting_engine(&ca);
+  mrl_model *m;
+  mrl_kv_cache *c = sweep_cache(e, &m, t);
+  slot_state before = state_of(c);
+  long k, failures = 0;
+  for (k = 0; k < 200; k++) {
+    size_t used = mrl_engine_memory_used(e);
+    mrl_engine_clear_error(e);
+    counting_alloc_arm(&ca, k);
+    mrl_status st = mrl_kv_cache_append(c, 2, slots, t + 3, counts);
+    counting_alloc_arm(&ca, -1);
+    if (st == MRL_OK) break;
+    failures++;
+    slot_state now = state_of(c);
+    CHECKF(st == MRL_ERR_NOMEM && strstr(mrl_engine_last_error(e), "allocate"),
+           "request %ld failing: status %d, message \"%s\"", k, st, mrl_engine_last_error(e));
+    CHECKF(memcmp(&now, &before, sizeof now) == 0, "request %ld failing: the slots changed", k);
+    CHECKF(mrl_engine_memory_used(e) == used, "request %ld failing: memory %zu -> %zu", k, used,
+           mrl_engine_memory_used(e));
+  }
+  slot_state got = state_of(c);
+  CHECKF(k < 200 && failures >= 4, "%ld failing appends", failures);
+  check_note("an append of 2 runs makes %ld allocations; failing each left the cache as it was",
+             failures);
+  CHECK(memcmp(&got, &want, sizeof got) == 0);
+  mrl_kv_cache_free(c);
+  mrl_model_free(m);
+  mrl_engine_free(e);
+  CHECKF(ca.live == 0 && ca.bad_frees == 0, "%ld blocks live, %ld bad frees", ca.live,
+         ca.bad_frees);
+  mrl_kv_cache_free(pc);
+  mrl_model_free(pm);
+  mrl_engine_free(plain);
+}
+
+/* Sampling that fails at any allocation (the workers, their scratch) draws nothing: the streams
+ * are as they were, so the call that then succeeds draws what a call that never failed draws. */
+static void test_sample_allocation_failures(void) {
+  int32_t t[3 + 6 + 5];
+  tokens_of(t, 14, 32);
+  int slots[3] = {2, 0, 1}, counts[2] = {6, 5};
+  mrl_sampling s = {.temperature = 1.0f, .top_k = 9, .top_p = 0.9f};
+  mrl_engine *plain = new_engine();
+  mrl_model *pm;
+  mrl_kv_cache *pc = sweep_cache(plain, &pm, t);
+  MUST(mrl_kv_cache_append(pc, 2, slots + 1, t + 3, counts));
+  MUST(mrl_kv_cache_copy(pc, 0, 2, 99));
+  int32_t want[3];
+  float want_lp[3];
+  MUST(mrl_kv_cache_sample(pc, 3, slots, &s, want, want_lp));
+
+  counting_alloc ca;
+  mrl_engine *e = new_counting_engine(&ca);
+  mrl_model *m;
+  mrl_kv_cache *c = sweep_cache(e, &m, t);
+  MUST(mrl_kv_cache_append(c, 2, slots + 1, t + 3, counts));
+  MUST(mrl_kv_cache_copy(c, 0, 2, 99));
+  MUST(mrl_engine_set_threads(e, 2)); /* joins the workers the append started */
+  MUST(mrl_engine_set_threads(e, 3));
+  long k, failures = 0;
+  int32_t got[3];
+  float got_lp[3];
+  for (k = 0; k < 100; k++) {
+    size_t used = mrl_engine_memory_used(e);
+    for (int i = 0; i < 3; i++) {
+      got[i] = -7;
+      got_lp[i] = 7.0f;
+    }
+    counting_alloc_arm(&ca, k);
+    mrl_status st = mrl_kv_cache_sample(c, 3, slots, &s, got, got_lp);
+    counting_alloc_arm(&ca, -1);
+    if (st == MRL_OK) break;
+    failures++;
+    CHECKF(st == MRL_ERR_NOMEM && strstr(mrl_engine_last_error(e), "allocate"),
+           "request %ld failing: status %d, message \"%s\"", k, st, mrl_engine_last_error(e));
+    CHECKF(got[0] == -7 && got_lp[2] == 7.0f, "request %ld failing: outputs written", k);
+    CHECKF(mrl_engine_memory_used(e) == used, "request %ld failing: memory %zu -> %zu", k, used,
+           mrl_engine_memory_used(e));
+  }
+  CHECKF(k < 100 && failures >= 3, "%ld failing samples", failures);
+  CHECK(memcmp(got, want, sizeof got) == 0 && memcmp(got_lp, want_lp, sizeof got_lp) == 0);
+  mrl_kv_cache_free(c);
+  mrl_model_free(m);
+  mrl_engine_free(e);
+  CHECKF(ca.live == 0 && ca.bad_frees == 0, "%ld blocks live, %ld bad frees", ca.live,
+         ca.bad_frees);
+  mrl_kv_cache_free(pc);
+  mrl_model_free(pm);
+  mrl_engine_free(plain);
+}
+
+/* NaN in the weights: sampling refuses the slots whose logits are not finite, with a message,
+ * writes nothing and advances no stream (it used to hand NaNs to qsort, whose comparison then
+ * did not order them); the slots with finite logits still sample. */
+static void test_nan_weights_fail_sampling(void) {
+  mrl_engine *e = new_engine();
+  MUST(mrl_engine_set_threads(e, 2));
+  e->pool_min_work = 0;
+  mrl_model *m = make_model("qwen2", e, 6);
+  mrl_kv_cache *c = NULL, *fresh = NULL;
+  MUST(mrl_kv_cache_new(m, 3, CTX, &c));
+  MUST(mrl_kv_cache_new(m, 2, CTX, &fresh));
+  int32_t t[4];
+  tokens_of(t, 4, 3);
+  int slots[2] = {0, 1}, four = 4, two = 2, one = 1;
+  /* slot 1 of both caches: finite logits and the same stream; slot 2 of c warms its scratch */
+  MUST(mrl_kv_cache_append(c, 1, &slots[1], t, &two));
+  MUST(mrl_kv_cache_append(fresh, 1, &slots[1], t, &two));
+  MUST(mrl_kv_cache_copy(c, 1, 2, 5));
+  mrl_sampling modes[4] = {{.temperature = 1.0f},
+                           {.temperature = 0.0f},
+                           {.temperature = 0.8f, .top_k = 5},
+                           {.temperature = 0.8f, .top_p = 0.7f, .min_p = 0.1f}};
+  int slot2 = 2;
+  int32_t tok[2] = {-1, -1};
+  MUST(mrl_kv_cache_sample(c, 1, &slot2, &modes[3], tok, NULL));
+  /* slot 0: NaN everywhere */
+  int w = mrl__model_find_param(m, "model.layers.1.self_attn.v_proj.weight");
+  CHECK(w >= 0);
+  float saved = m->weights[m->params[w].offset + 3];
+  m->weights[m->params[w].offset + 3] = NAN;
+  MUST(mrl_kv_cache_append(c, 1, &slots[0], t, &four));
+  m->weights[m->params[w].offset + 3] = saved;
+  const float *z = mrl_kv_cache_logits(c, 0);
+  CHECK(z && isnan(z[0]));
+  for (int i = 0; i < 4; i++) {
+    float lp[2] = {1.0f, 1.0f};
+    tok[0] = tok[1] = -1;
+    CHECK_FAILS(e, MRL_ERR_INVALID, "slot 0: logit 0 is NaN",
+                mrl_kv_cache_sample(c, 2, slots, &modes[i], tok, lp));
+    CHECK(tok[0] == -1 && tok[1] == -1 && lp[1] == 1.0f);
+  }
+  /* slot 1 drew nothing in the failed calls: it draws what the same stream in `fresh` draws */
+  int32_t a[3], b[3];
+  float la[3], lb[3];
+  for (int k = 0; k < 3; k++) {
+    MUST(mrl_kv_cache_sample(c, 1, &slots[1], &modes[k == 1 ? 2 : 3], &a[k], &la[k]));
+    MUST(mrl_kv_cache_sample(fresh, 1, &slots[1], &modes[k == 1 ? 2 : 3], &b[k], &lb[k]));
+  }
+  CHECK(memcmp(a, b, sizeof a) == 0 && memcmp(la, lb, sizeof la) == 0);
+  /* infinite logits are refused too */
+  float *finite = (float *)mrl_kv_cache_logits(c, 2);
+  finite[7] = INFINITY;
+  CHECK_FAILS(e, MRL_ERR_INVALID, "slot 2: logit 7 is infinite",
+              mrl_kv_cache_sample(c, 1, &slot2, &modes[0], tok, NULL));
+  /* appending to the NaN slot and sampling elsewhere still works */
+  MUST(mrl_kv_cache_append(c, 1, &slots[0], t, &one));
+  mrl_kv_cache_free(fresh);
+  mrl_kv_cache_free(c);
+  mrl_model_free(m);
+  mrl_engine_free(e);
+}
+
+static void test_sample_duplicate_slots(void) {
+  mrl_engine *e = new_engine();
+  mrl_model *m = make_model("llama", e, 2);
+  mrl_kv_cache *c = NULL;
+  MUST(mrl_kv_cache_new(m, 2, CTX, &c));
+  int32_t t[2] = {1, 2};
+  int slot = 1, two = 2, twice[2] = {1, 1};
+  MUST(mrl_kv_cache_append(c, 1, &slot, t, &two));
+  mrl_sampling s = {.temperature = 1.0f};
+  int32_t tok[2];
+  CHECK_FAILS(e, MRL_ERR_INVALID, "slot 1 is listed twice",
+              mrl_kv_cache_sample(c, 2, twice, &s, tok, NULL));
+  mrl_kv_cache_free(c);
+  mrl_model_free(m);
+  mrl_engine_free(e);
+}
+
 static const test_case tests[] = {
     {"copy_slot", test_copy_slot},
     {"matches_forward_llama", test_matches_forward_llama},
@@ -339,6 +559,10 @@ static const test_case tests[] = {
     {"seeded_sampling_independent_of_batch", test_seeded_sampling_independent_of_batch},
     {"sampling_distributions", test_sampling_distributions},
     {"errors", test_errors},
+    {"append_allocation_failures", test_append_allocation_failures},
+    {"sample_allocation_failures", test_sample_allocation_failures},
+    {"nan_weights_fail_sampling", test_nan_weights_fail_sampling},
+    {"sample_duplicate_slots", test_sample_duplicate_slots},
     {NULL, NULL}};
 
 int main(int argc, char **argv) { return check_main(argc, argv, tests); }

@@ -1,7 +1,8 @@
 /* test_model.c - the policy model's maths: finite-difference checks of every parameter's gradient
  * (Llama, Qwen2-style biases + GQA + untied head, Qwen3-style q/k norms with a wide head_dim),
  * padding isolation, batch-composition independence, score/logits agreement, AdamW and the
- * learning-rate schedules against independent references, and argument errors. */
+ * learning-rate schedules against independent references, argument errors, and allocation
+ * failures in forward, score and backward that change nothing. */
 #include "model.h"
 #include "support.h"
 
@@ -360,6 +361,87 @@ static void test_errors(void) {
   mrl_engine_free(e);
 }
 
+/* ---- allocation failures ---- */
+
+/* The test model's weights on a given engine. */
+static mrl_model *test_model_on(mrl_engine *e, const char *kind, uint64_t seed) {
+  mrl_model *src = test_model(kind, seed), *m = NULL;
+  mrl_model_config c = tiny(kind);
+  MUST(mrl_model_new(e, &c, seed, &m));
+  memcpy(m->weights, src->weights, sizeof(float) * (size_t)m->numel);
+  mrl_model_free(src);
+  return m;
+}
+
+/* Calls `call` with the allocation request k failing, k = 0, 1, ... until it succeeds; each
+ * failure must say MRL_ERR_NOMEM with a message and leave what `same` checks (and the memory
+ * held) as it was. Returns the number of failures. */
+#define SWEEP(ca, e, failures, call, same)                                                         \
+  do {                                                                                             \
+    for (long k_ = 0;; k_++) {                                                                     \
+      size_t used_ = mrl_engine_memory_used(e);                                                    \
+      mrl_engine_clear_error(e);                                                                   \
+      counting_alloc_arm(ca, k_);                                                                  \
+      mrl_status st_ = (call);                                                                     \
+      counting_alloc_arm(ca, -1);                                                                  \
+      if (st_ == MRL_OK || k_ == 500) {                                                            \
+        CHECKF(st_ == MRL_OK, "%s never succeeded", #call);                                       \
+        break;                                                                                     \
+      }                                                                                            \
+      (failures)++;                                                                                \
+      CHECKF(st_ == MRL_ERR_NOMEM && strstr(mrl_engine_last_error(e), "allocate"),                \
+             "%s, request %ld failing: status %d, message \"%s\"", #call, k_, st_,                \
+             mrl_engine_last_error(e));                                                           \
+      CHECKF(mrl_engine_memory_used(e) == used_, "%s, request %ld failing: memory %zu -> %zu",     \
+             #call, k_, used_, mrl_engine_memory_used(e));                                        \
+      CHECKF(same, "%s, request %ld failing: state changed", #call, k_);                          \
+    }                                                                                              \
+  } while (0)
+
+/* Forward, score and backward on a fresh engine with 3 threads (so the workers start inside the
+ * sweep) fail cleanly at each of their allocations: a failed forward keeps no forward pass, a
+ * failed score writes nothing, a failed backward leaves the gradients as they were; what then
+ * succeeds gives the bits of a run that never failed. */
+static void test_allocation_failures(void) {
+  batch bt = test_batch(5);
+  float logp_want[B * T], logp[B * T];
+  mrl_engine *plain = new_engine();
+  MUST(mrl_engine_set_threads(plain, 3));
+  mrl_model *want = test_model_on(plain, "qwen3", 9);
+  MUST(mrl_model_forward(want, bt.tokens, bt.lengths, B, T));
+  MUST(mrl_model_score(want, bt.targets, logp_want, NULL));
+  MUST(mrl_model_zero_grad(want));
+  MUST(mrl_model_backward(want, bt.targets, bt.coef_logp, bt.coef_ent));
+
+  counting_alloc ca;
+  mrl_engine *e = new_counting_engine(&ca);
+  MUST(mrl_engine_set_threads(e, 3));
+  e->pool_min_work = 0;
+  mrl_model *m = test_model_on(e, "qwen3", 9);
+  MUST(mrl_model_zero_grad(m));
+  float *zeros = calloc((size_t)m->numel, sizeof(float));
+  long fwd = 0, score = 0, back = 0;
+  SWEEP(&ca, e, fwd, mrl_model_forward(m, bt.tokens, bt.lengths, B, T),
+        mrl_model_score(m, bt.targets, logp, NULL) == MRL_ERR_INVALID &&
+            memcmp(m->grads, zeros, sizeof(float) * (size_t)m->numel) == 0);
+  for (int i = 0; i < B * T; i++) logp[i] = 9.0f;
+  SWEEP(&ca, e, score, mrl_model_score(m, bt.targets, logp, NULL), logp[0] == 9.0f);
+  CHECK(memcmp(logp, logp_want, sizeof logp) == 0);
+  SWEEP(&ca, e, back, mrl_model_backward(m, bt.targets, bt.coef_logp, bt.coef_ent),
+        memcmp(m->grads, zeros, sizeof(float) * (size_t)m->numel) == 0);
+  CHECK(memcmp(m->grads, want->grads, sizeof(float) * (size_t)m->numel) == 0);
+  check_note("allocations failed one by one: %ld in forward, %ld in score, %ld in backward", fwd,
+             score, back);
+  CHECK(fwd >= 4 && score >= 1 && back >= 2);
+  free(zeros);
+  mrl_model_free(m);
+  mrl_engine_free(e);
+  CHECKF(ca.live == 0 && ca.bad_frees == 0, "%ld blocks live, %ld bad frees", ca.live,
+         ca.bad_frees);
+  mrl_model_free(want);
+  mrl_engine_free(plain);
+}
+
 static const test_case tests[] = {{"gradients_llama", test_gradients_llama},
                                   {"hidden_states_gradient", test_hidden_states_gradient},
                                   {"gradients_qwen2", test_gradients_qwen2},
@@ -370,6 +452,7 @@ static const test_case tests[] = {{"gradients_llama", test_gradients_llama},
                                   {"adamw_and_clipping", test_adamw_and_clipping},
                                   {"lr_schedules", test_lr_schedules},
                                   {"errors", test_errors},
+    {"allocation_failures", test_allocation_failures},
                                   {NULL, NULL}};
 
 int main(int argc, char **argv) { return check_main(argc, argv, tests); }

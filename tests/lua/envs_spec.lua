@@ -105,3 +105,91 @@ describe("envs/calculator.lua", function()
     for _, t in ipairs(calc.tasks("train", 100, 1)) do assert.are_not.equal(0, (t.a * 7 + t.b) % 5) end
   end)
 end)
+
+local arith = dofile(H.root .. "/envs/arith.lua")
+local nav = dofile(H.root .. "/envs/navigate.lua")
+
+-- Replays a list of actions; returns the records.
+local function replay(env, task, actions)
+  local i = 0
+  return play(env, task, function() i = i + 1 return actions[i] or "?" end)
+end
+
+describe("envs/arith.lua", function()
+  it("makes tasks with exactly the carries asked for, keeping held-out pairs out of training", function()
+    local train = {}
+    for _, t in ipairs(arith.tasks("train", 2000, 1)) do train[t.a .. "+" .. t.b] = true end
+    for _, t in ipairs(arith.tasks("test", 300, 2)) do
+      assert.is_nil(train[t.a .. "+" .. t.b])
+      assert.is_true(t.carries >= 7 and t.carries <= 9)
+    end
+    local rng = rl.rng(3)
+    for k = 0, 9 do
+      for _ = 1, 20 do
+        local t = arith.gen({ carries = k }, rng)
+        local carries, c = 0, 0
+        for col = 1, 9 do -- carries into columns 2..10
+          c = ((t.a // 10 ^ (col - 1)) % 10 + (t.b // 10 ^ (col - 1)) % 10 + c >= 10) and 1 or 0
+          carries = carries + c
+        end
+        assert.are.equal(k, carries)
+      end
+    end
+  end)
+
+  it("rewards ten right digits; the oracle forgets carries; solve always wins", function()
+    local rng = rl.rng(4)
+    local won, oracle_won = 0, 0
+    for _ = 1, 100 do
+      local t = arith.gen({ carries = 3 }, rng)
+      local rec = replay(arith, t, arith.solve(t))
+      assert.are.equal(10, #rec)
+      assert.are.equal(1, rec[#rec].reward)
+      won = won + 1
+      local o = replay(arith, t, arith.oracle(t, rng))
+      if o[#o].reward == 1 then oracle_won = oracle_won + 1 end
+      local zero = arith.gen({ carries = 0 }, rng)
+      local z = replay(arith, zero, arith.oracle(zero, rng))
+      assert.are.equal(1, z[#z].reward) -- without carries the oracle is right
+    end
+    assert.are.equal(100, won)
+    assert.is_true(oracle_won < 10, "oracle with 3 carries won " .. oracle_won) -- about .2^3
+    local rec = replay(arith, { a = 5, b = 7, carries = 0 }, { "3" })
+    assert.are.equal("12+0", rec[1].state)
+    assert.is_true(rec[1].done)
+    assert.are.equal(0, rec[1].reward)
+  end)
+end)
+
+describe("envs/navigate.lua", function()
+  it("needs 10 moves in the full tasks; a shortest path wins; the random oracle rarely does", function()
+    local train = {}
+    for _, t in ipairs(nav.tasks("train", 2000, 1)) do train[key(t)] = true end
+    local rng, oracle_won = rl.rng(5), 0
+    for _, t in ipairs(nav.tasks("test", 200, 2)) do
+      assert.is_nil(train[key(t)])
+      local path = nav.solve(t, rng)
+      assert.are.equal(10, #path)
+      local rec = replay(nav, t, path)
+      assert.are.equal(10, #rec)
+      assert.are.equal(1, rec[#rec].reward)
+      local o = replay(nav, t, nav.oracle(t, rng))
+      if o[#o].reward == 1 then oracle_won = oracle_won + 1 end
+    end
+    assert.is_true(oracle_won <= 4, "a random walk won " .. oracle_won .. " of 200")
+    for L = 2, 10 do assert.are.equal(L, #nav.solve(nav.gen({ length = L }, rng))) end
+  end)
+
+  it("points the compass at the key, then the door; clone() copies the state", function()
+    local t = { sx = 0, sy = 0, kx = 2, ky = 0, dx = 2, dy = 3 }
+    local inst = nav.new()
+    assert.are.equal("K r", inst:reset(t))
+    local rec = {}
+    rl.env.step(nav, inst, "r", rec)
+    local copy = inst:clone()
+    assert.are.equal("D u", select(1, rl.env.step(nav, inst, "r", rec))) -- key picked up
+    assert.are.equal("K r", copy:observation())
+    assert.are.equal("D u", select(1, rl.env.step(nav, inst, "x", rec))) -- wasted turn
+    assert.is_true(rec[#rec].info.invalid)
+  end)
+end)

@@ -53,6 +53,23 @@ function H.write_temp(text)
   return path
 end
 
+-- A new empty directory (the caller removes it, e.g. H.sh("rm -rf " .. H.shell_quote(dir))).
+function H.tmpdir()
+  local path = os.tmpname()
+  os.remove(path)
+  local _, code = H.sh("mkdir " .. H.shell_quote(path))
+  assert(code == 0, "cannot create " .. path)
+  return path
+end
+
+-- The JSON values of a JSON-lines file (metrics.jsonl, episodes.jsonl), in order.
+function H.read_json_lines(path)
+  local json = require("moonrl").json
+  local out = {}
+  for line in io.lines(path) do out[#out + 1] = assert(json.decode(line)) end
+  return out
+end
+
 -- Runs a Lua chunk in a fresh `moonrl run` process (so it gets its own engine and its own memory
 -- figures), passing args on its command line. Returns output, exit code, ok as H.run does.
 function H.run_lua(code, ...)

@@ -61,12 +61,7 @@ end
 
 local function one(reward) return make_batch(1, 1, function() return reward end) end
 
-local function tmpdir()
-  local path = os.tmpname()
-  os.remove(path)
-  assert(rl.fs.mkdir(path))
-  return path
-end
+local tmpdir = H.tmpdir
 
 describe("rl.replay", function()
   -- acceptance test 20, part 1
@@ -407,12 +402,12 @@ describe("rl.replay", function()
     H.assert_error(function() new {} end, "rl.replay.new: capacity: a positive integer expected (it is required)")
     H.assert_error(function() new { capacity = 0 } end, "capacity: a positive integer expected, got 0")
     H.assert_error(function() new { capacity = 2.5 } end, "capacity: a positive integer expected, got 2.5")
-    H.assert_error(function() new { capacity = 8, capacty = 9 } end, "unknown option 'capacty' (did you mean 'capacity'?)")
-    H.assert_error(function() new { capacity = 8, alpah = 1 } end, "unknown option 'alpah' (did you mean 'alpha'?)")
+    H.assert_error(function() new { capacity = 8, capacty = 9 } end, "unknown field 'capacty' (did you mean 'capacity'?)")
+    H.assert_error(function() new { capacity = 8, alpah = 1 } end, "unknown field 'alpah' (did you mean 'alpha'?)")
     H.assert_error(function() new { capacity = 8, 5 } end, "options are named")
     H.assert_error(function() new { capacity = 8, priority = "abs" } end, { "priority:", "did you mean \"abs_adv\"?" })
     H.assert_error(function() new { capacity = 8, priority = 3 } end, "priority:")
-    H.assert_error(function() new { capacity = 8, alpha = -1 } end, "alpha: a number >= 0 expected, got -1")
+    H.assert_error(function() new { capacity = 8, alpha = -1 } end, "alpha: a non-negative number expected, got -1")
     H.assert_error(function() new { capacity = 8, beta = -1 } end, "beta:")
     H.assert_error(function() new { capacity = 8, beta = { start = 0.4 } } end, "beta:")
     H.assert_error(function() new { capacity = 8, age_decay = 0 } end, "age_decay: a positive number (steps) or false")
@@ -453,11 +448,7 @@ end)
 
 -- ---------------------------------------------------------------- rl.train{replay = ...}
 
-local function read_lines(path)
-  local out = {}
-  for line in io.lines(path) do out[#out + 1] = assert(rl.json.decode(line)) end
-  return out
-end
+local read_lines = H.read_json_lines
 
 -- The run: guess_letter (multi-turn) with GiGPO, KL, an SFT warm start, evaluation, and a
 -- replay buffer with a reward graph whose version differs from the episodes' (every replayed

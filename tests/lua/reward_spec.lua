@@ -12,18 +12,9 @@ local R = rl.reward
 local T = rl.tensor
 local advantages = rl.train.advantage.compute
 
-local function tmpdir()
-  local path = os.tmpname()
-  os.remove(path)
-  assert(rl.fs.mkdir(path))
-  return path
-end
+local tmpdir = H.tmpdir
 
-local function read_lines(path)
-  local out = {}
-  for line in io.lines(path) do out[#out + 1] = assert(rl.json.decode(line)) end
-  return out
-end
+local read_lines = H.read_json_lines
 
 local function write(path, text)
   local f = assert(io.open(path, "w"))

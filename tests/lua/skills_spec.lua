@@ -7,12 +7,7 @@ local H = dofile((debug.getinfo(1, "S").source:match("^@(.*/)") or "./") .. "hel
 local rl = require "moonrl"
 local skills = rl.skills
 
-local function tmpdir()
-  local path = os.tmpname()
-  os.remove(path)
-  assert(rl.fs.mkdir(path))
-  return path
-end
+local tmpdir = H.tmpdir
 
 local function exists(path)
   local f = io.open(path, "rb")
@@ -278,20 +273,20 @@ describe("rl.skills.repo", function()
 
   it("refuses bad options naming the field", function()
     H.assert_error(function() skills.repo() end, "rl.skills.repo: a table of options expected")
-    H.assert_error(function() skills.repo { dri = "x" } end, "unknown option 'dri' (did you mean 'dir'?)")
+    H.assert_error(function() skills.repo { dri = "x" } end, "unknown field 'dri' (did you mean 'dir'?)")
     H.assert_error(function() skills.repo { dir = 5 } end, "rl.skills.repo: dir: a folder path (a string) expected, got 5")
     H.assert_error(function() skills.repo { dir = "" } end, "dir: a folder path expected")
     H.assert_error(function() skills.repo { index = "tfidf" } end, "index: one of \"bm25\" expected, got \"tfidf\"")
     H.assert_error(function() skills.repo { max_skills = 0 } end, "max_skills: a positive integer expected, got 0")
     H.assert_error(function() skills.repo { max_bytes = -1 } end, "max_bytes: a positive integer expected")
-    H.assert_error(function() skills.repo { k1 = -1 } end, "k1: a number >= 0 expected")
+    H.assert_error(function() skills.repo { k1 = -1 } end, "k1: a non-negative number expected")
     H.assert_error(function() skills.repo { b = 2 } end, "b: a number in [0, 1] expected, got 2")
     local repo = assert(skills.repo {})
     H.assert_error(function() repo:put("a", 5) end, "skills: put: markdown: a string expected, got 5")
     H.assert_error(function() repo:search(5) end, "skills: search: query: a string expected")
     H.assert_error(function() repo:search("x", 0) end, "skills: search: k: a positive integer expected, got 0")
     H.assert_error(function() skills.tools({}) end, "rl.skills.tools: repo: an rl.skills repo expected")
-    H.assert_error(function() skills.tools(repo, { kk = 1 }) end, "rl.skills.tools: unknown option 'kk' (did you mean 'k'?)")
+    H.assert_error(function() skills.tools(repo, { kk = 1 }) end, "rl.skills.tools: unknown field 'kk' (did you mean 'k'?)")
   end)
 end)
 
@@ -425,7 +420,7 @@ describe("rl.skills.paired", function()
     H.assert_error(function() skills.paired { env = counter, turn = -1, with = f, without = f } end, "turn: a non-negative integer or a function")
     H.assert_error(function() skills.paired { env = counter, turn = 1, with = 5, without = f } end, "with: a function(instance, ctx)")
     H.assert_error(function() skills.paired { env = counter, turn = 1, with = f, without = { 1 } } end, "without: a function(instance, ctx)")
-    H.assert_error(function() skills.paired { env = counter, turn = 1, with = f, withot = f } end, "unknown option 'withot' (did you mean 'without'?)")
+    H.assert_error(function() skills.paired { env = counter, turn = 1, with = f, withot = f } end, "unknown field 'withot' (did you mean 'without'?)")
     local noclone = { name = "x", tasks = function() return {} end, new = function() return {} end }
     H.assert_error(function() skills.paired { env = noclone, turn = 1, with = f, without = f } end, "instances need a clone() method")
     local bad = skills.paired { env = counter, turn = 0, with = function() return "x" end, without = f }

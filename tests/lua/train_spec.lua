@@ -7,18 +7,9 @@ local rl = require "moonrl"
 local guess = dofile(H.root .. "/envs/guess_letter.lua")
 local tok = rl.tokenizer.bytes()
 
-local function tmpdir()
-  local path = os.tmpname()
-  os.remove(path)
-  assert(rl.fs.mkdir(path))
-  return path
-end
+local tmpdir = H.tmpdir
 
-local function read_lines(path)
-  local out = {}
-  for line in io.lines(path) do out[#out + 1] = assert(rl.json.decode(line)) end
-  return out
-end
+local read_lines = H.read_json_lines
 
 -- One turn: the reward is 1 when the reply starts with a lowercase letter (about 10% of a
 -- fresh byte model's first tokens).

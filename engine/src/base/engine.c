@@ -1,10 +1,14 @@
-/* engine.c - the engine handle: allocator, memory accounting, last-error message, status text. */
+/* engine.c - the engine handle: allocator, memory accounting, last-error message, thread count,
+ * status text. */
 #include "internal.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
+
+enum { MRL_MAX_THREADS = 1024 };
 
 const char *mrl_version(void) { return MRL_VERSION_STRING; }
 
@@ -40,6 +44,11 @@ static void *default_alloc(void *ud, void *ptr, size_t old_size, size_t new_size
   return realloc(ptr, new_size);
 }
 
+static int online_cores(void) {
+  long n = sysconf(_SC_NPROCESSORS_ONLN);
+  return n < 1 ? 1 : n > MRL_MAX_THREADS ? MRL_MAX_THREADS : (int)n;
+}
+
 mrl_status mrl_engine_new_with_alloc(mrl_alloc_fn alloc, void *ud, mrl_engine **out) {
   if (!out || !alloc) return MRL_ERR_NULL;
   mrl_engine *e = alloc(ud, NULL, 0, sizeof *e);
@@ -49,6 +58,8 @@ mrl_status mrl_engine_new_with_alloc(mrl_alloc_fn alloc, void *ud, mrl_engine **
   e->alloc = alloc;
   e->alloc_ud = ud;
   mrl__rng_seed(&e->rng, 0);
+  e->threads = online_cores();
+  e->pool_min_work = MRL_POOL_MIN_WORK;
   *out = e;
   return MRL_OK;
 }
@@ -60,7 +71,9 @@ mrl_status mrl_engine_new(mrl_engine **out) {
 void mrl__engine_retain(mrl_engine *e) { e->refs++; }
 
 void mrl__engine_release(mrl_engine *e) {
-  if (--e->refs == 0) e->alloc(e->alloc_ud, e, sizeof *e, 0);
+  if (--e->refs > 0) return;
+  mrl__pool_stop(e);
+  e->alloc(e->alloc_ud, e, sizeof *e, 0);
 }
 
 void mrl_engine_free(mrl_engine *e) {
@@ -83,6 +96,20 @@ mrl_status mrl_engine_set_memory_limit(mrl_engine *e, size_t bytes) {
 
 size_t mrl_engine_memory_used(const mrl_engine *e) { return e ? e->mem_used : 0; }
 size_t mrl_engine_memory_peak(const mrl_engine *e) { return e ? e->mem_peak : 0; }
+
+mrl_status mrl_engine_set_threads(mrl_engine *e, int threads) {
+  if (!e) return MRL_ERR_NULL;
+  if (threads < 0 || threads > MRL_MAX_THREADS)
+    return mrl__fail(e, MRL_ERR_INVALID, "mrl_engine_set_threads",
+                     "threads must be in 0..%d (0: the online cores), got %d", MRL_MAX_THREADS,
+                     threads);
+  int n = threads == 0 ? online_cores() : threads;
+  if (n != e->threads) mrl__pool_stop(e); /* the next call that needs workers starts n - 1 */
+  e->threads = n;
+  return MRL_OK;
+}
+
+int mrl_engine_threads(const mrl_engine *e) { return e ? e->threads : -1; }
 
 mrl_rng *mrl_engine_rng(mrl_engine *e) { return e ? &e->rng : NULL; }
 

@@ -80,6 +80,20 @@ static int l_blas_threads(lua_State *L) {
   return 0;
 }
 
+/* rl.threads([n]) -> count: sets (with n; 0 means the online cores) and returns the number of
+ * threads this state's engine computes on (attention, sampling). Results do not depend on it. */
+static int l_threads(lua_State *L) {
+  mrl_engine *e = mrl__lua_engine(L);
+  if (!lua_isnoneornil(L, 1)) {
+    lua_Integer n = luaL_checkinteger(L, 1);
+    if (n < 0 || n > 1024)
+      return luaL_argerror(L, 1, "threads: expected 0..1024 (0: the online cores)");
+    mrl_engine_set_threads(e, (int)n);
+  }
+  lua_pushinteger(L, mrl_engine_threads(e));
+  return 1;
+}
+
 /* rl.seed(n): reseeds the engine's default RNG (used by randn/rand without a seed). */
 static int l_seed(lua_State *L) {
   lua_Integer seed = luaL_checkinteger(L, 1);
@@ -351,6 +365,7 @@ static const luaL_Reg core_funcs[] = {{"blas_info", l_blas_info},
                                       {"clock", l_clock},
                                       {"rng", l_rng},
                                       {"blas_threads", l_blas_threads},
+                                      {"threads", l_threads},
                                       {"seed", l_seed},
                                       {"memory", l_memory},
                                       {NULL, NULL}};

@@ -1,6 +1,7 @@
 /* kv_cache.c - incremental decoding: a key/value cache for many sequences, batched appends of
- * ragged token runs (prompts, sampled tokens, observations), and sampling (temperature, top-k,
- * top-p, min-p, greedy) with one random stream per sequence. */
+ * ragged token runs (prompts, sampled tokens, observations) through the decoder blocks of
+ * block.c, and sampling (temperature, top-k, top-p, min-p, greedy) with one random stream per
+ * sequence, a slot per unit of work on the engine's threads. */
 #include "model.h"
 
 #include <math.h>
@@ -10,17 +11,26 @@
 struct mrl_kv_cache {
   mrl_model *model;
   int slots, capacity;
-  float *keys, *values;  /* layers x slots x capacity x kv_dim each */
+  /* per layer and slot: the keys transposed in blocks of MRL_ATTN_COLS positions (as attention
+   * reads them; mrl_block_seq says how), key_ld positions in all, and the values, capacity rows
+   * of kv_dim */
+  float *keys, *values;
+  int64_t key_ld;        /* capacity, padded as mrl__attn_key_columns asks */
   int *length;           /* tokens held per slot */
   bool *has_logits;      /* the slot's logits are those after its last token */
   float *logits;         /* slots x vocab */
   struct mrl_rng *rng;   /* one stream per slot */
-  /* per-append scratch, grown to the largest append */
+  mrl_block_seq *seq;    /* slots: the runs of an append, as the block sees them */
+  /* per-append rows, grown to the largest append */
   int64_t rows_cap;
-  float *x, *xn, *qkv, *attn, *gate_up, *hidden, *scores;
-  int *row_slot, *row_pos;
-  int64_t scores_cap;
-  /* sampling scratch: vocab-sized */
+  float *x, *xn, *qkv, *attn, *gate_up, *hidden;
+  /* sampling: each listed slot's draw, kept aside until every slot has drawn (slots entries) */
+  int32_t *drawn;
+  float *drawn_logp;
+  struct mrl_rng *drawn_rng;
+  int64_t *bad_logit;    /* index of a non-finite logit, or -1 */
+  /* sampling scratch, vocab-sized per thread */
+  int sample_threads;
   float *probs;
   struct candidate *order;
 };
@@ -31,66 +41,110 @@ struct candidate {
   int32_t id;
 };
 
-static int64_t cache_floats(const mrl_kv_cache *c) {
+static int64_t key_floats(const mrl_kv_cache *c) {
+  const mrl_model *m = c->model;
+  return (int64_t)m->cfg.layers * c->slots * m->kv_dim * c->key_ld;
+}
+
+static int64_t value_floats(const mrl_kv_cache *c) {
   const mrl_model *m = c->model;
   return (int64_t)m->cfg.layers * c->slots * c->capacity * m->kv_dim;
 }
 
-static void free_rows(mrl_kv_cache *c) {
-  mrl_engine *e = c->model->engine;
-  const mrl_model *m = c->model;
-  int64_t R = c->rows_cap, qkv_w = m->q_dim + 2 * (int64_t)m->kv_dim;
-  mrl__free(e, c->x, sizeof(float) * (size_t)(R * m->cfg.dim));
-  mrl__free(e, c->xn, sizeof(float) * (size_t)(R * m->cfg.dim));
-  mrl__free(e, c->qkv, sizeof(float) * (size_t)(R * qkv_w));
-  mrl__free(e, c->attn, sizeof(float) * (size_t)(R * m->q_dim));
-  mrl__free(e, c->gate_up, sizeof(float) * (size_t)(R * 2 * m->cfg.ffn));
-  mrl__free(e, c->hidden, sizeof(float) * (size_t)(R * m->cfg.ffn));
-  mrl__free(e, c->row_slot, sizeof(int) * (size_t)R);
-  mrl__free(e, c->row_pos, sizeof(int) * (size_t)R);
-  mrl__free(e, c->scores, sizeof(float) * (size_t)c->scores_cap);
-  c->x = c->xn = c->qkv = c->attn = c->gate_up = c->hidden = c->scores = NULL;
-  c->row_slot = c->row_pos = NULL;
-  c->rows_cap = c->scores_cap = 0;
+/* The per-append row buffers, as a set: sizes (in floats) of each for R rows. */
+enum { ROW_BUFFERS = 6 };
+static void row_sizes(const mrl_model *m, int64_t R, int64_t size[ROW_BUFFERS]) {
+  int64_t qkv_w = m->q_dim + 2 * (int64_t)m->kv_dim;
+  size[0] = R * m->cfg.dim;
+  size[1] = R * m->cfg.dim;
+  size[2] = R * qkv_w;
+  size[3] = R * m->q_dim;
+  size[4] = R * 2 * m->cfg.ffn;
+  size[5] = R * m->cfg.ffn;
 }
 
-static bool grow_rows(mrl_kv_cache *c, int64_t R) {
+static void free_buffers(mrl_engine *e, float **p, const int64_t *size, int count) {
+  for (int i = 0; i < count; i++) mrl__free(e, p[i], sizeof(float) * (size_t)size[i]);
+}
+
+/* Row buffers for R rows in p, allocated but not yet the cache's (install_rows makes them so);
+ * nothing to allocate when the cache has room already. False when out of memory. */
+static bool alloc_rows(mrl_kv_cache *c, int64_t R, float *p[ROW_BUFFERS]) {
+  for (int i = 0; i < ROW_BUFFERS; i++) p[i] = NULL;
   if (R <= c->rows_cap) return true;
-  free_rows(c);
   mrl_engine *e = c->model->engine;
-  const mrl_model *m = c->model;
-  int64_t qkv_w = m->q_dim + 2 * (int64_t)m->kv_dim;
+  int64_t size[ROW_BUFFERS];
+  row_sizes(c->model, R, size);
+  for (int i = 0; i < ROW_BUFFERS; i++)
+    if (!(p[i] = mrl__alloc(e, sizeof(float) * (size_t)size[i]))) {
+      free_buffers(e, p, size, ROW_BUFFERS);
+      return false;
+    }
+  return true;
+}
+
+/* Frees the cache's row buffers and puts those of alloc_rows (for R rows) in their place;
+ * keep = true drops the new ones instead (a later step failed). */
+static void install_rows(mrl_kv_cache *c, int64_t R, float *p[ROW_BUFFERS], bool keep) {
+  if (!p[0]) return;
+  mrl_engine *e = c->model->engine;
+  int64_t size[ROW_BUFFERS], old[ROW_BUFFERS];
+  row_sizes(c->model, R, size);
+  row_sizes(c->model, c->rows_cap, old);
+  if (keep) {
+    free_buffers(e, p, size, ROW_BUFFERS);
+    return;
+  }
+  float **mine[ROW_BUFFERS] = {&c->x, &c->xn, &c->qkv, &c->attn, &c->gate_up, &c->hidden};
+  for (int i = 0; i < ROW_BUFFERS; i++) {
+    mrl__free(e, *mine[i], sizeof(float) * (size_t)old[i]);
+    *mine[i] = p[i];
+  }
   c->rows_cap = R;
-  c->scores_cap = (int64_t)c->capacity * c->capacity;
-  c->x = mrl__alloc(e, sizeof(float) * (size_t)(R * m->cfg.dim));
-  c->xn = mrl__alloc(e, sizeof(float) * (size_t)(R * m->cfg.dim));
-  c->qkv = mrl__alloc(e, sizeof(float) * (size_t)(R * qkv_w));
-  c->attn = mrl__alloc(e, sizeof(float) * (size_t)(R * m->q_dim));
-  c->gate_up = mrl__alloc(e, sizeof(float) * (size_t)(R * 2 * m->cfg.ffn));
-  c->hidden = mrl__alloc(e, sizeof(float) * (size_t)(R * m->cfg.ffn));
-  c->row_slot = mrl__alloc(e, sizeof(int) * (size_t)R);
-  c->row_pos = mrl__alloc(e, sizeof(int) * (size_t)R);
-  c->scores = mrl__alloc(e, sizeof(float) * (size_t)c->scores_cap);
-  if (c->x && c->xn && c->qkv && c->attn && c->gate_up && c->hidden && c->row_slot && c->row_pos &&
-      c->scores)
-    return true;
-  free_rows(c);
-  return false;
+}
+
+/* Vocabulary-sized sampling scratch for `threads` threads; on failure the old stays. */
+static bool grow_sampling(mrl_kv_cache *c, int threads) {
+  if (threads <= c->sample_threads) return true;
+  mrl_engine *e = c->model->engine;
+  size_t V = (size_t)c->model->cfg.vocab;
+  float *probs = mrl__alloc(e, sizeof(float) * V * (size_t)threads);
+  struct candidate *order = probs ? mrl__alloc(e, sizeof(struct candidate) * V * (size_t)threads)
+                                  : NULL;
+  if (!order) {
+    mrl__free(e, probs, sizeof(float) * V * (size_t)threads);
+    return false;
+  }
+  mrl__free(e, c->probs, sizeof(float) * V * (size_t)c->sample_threads);
+  mrl__free(e, c->order, sizeof(struct candidate) * V * (size_t)c->sample_threads);
+  c->probs = probs;
+  c->order = order;
+  c->sample_threads = threads;
+  return true;
 }
 
 void mrl_kv_cache_free(mrl_kv_cache *c) {
   if (!c) return;
   mrl_engine *e = c->model->engine;
   int64_t V = c->model->cfg.vocab;
-  free_rows(c);
-  mrl__free(e, c->keys, sizeof(float) * (size_t)cache_floats(c));
-  mrl__free(e, c->values, sizeof(float) * (size_t)cache_floats(c));
-  mrl__free(e, c->length, sizeof(int) * (size_t)c->slots);
-  mrl__free(e, c->has_logits, sizeof(bool) * (size_t)c->slots);
-  mrl__free(e, c->logits, sizeof(float) * (size_t)(c->slots * V));
-  mrl__free(e, c->rng, sizeof(struct mrl_rng) * (size_t)c->slots);
-  mrl__free(e, c->probs, sizeof(float) * (size_t)V);
-  mrl__free(e, c->order, sizeof(struct candidate) * (size_t)V);
+  size_t S = (size_t)c->slots;
+  int64_t size[ROW_BUFFERS];
+  row_sizes(c->model, c->rows_cap, size);
+  float *rows[ROW_BUFFERS] = {c->x, c->xn, c->qkv, c->attn, c->gate_up, c->hidden};
+  free_buffers(e, rows, size, ROW_BUFFERS);
+  mrl__free(e, c->keys, sizeof(float) * (size_t)key_floats(c));
+  mrl__free(e, c->values, sizeof(float) * (size_t)value_floats(c));
+  mrl__free(e, c->length, sizeof(int) * S);
+  mrl__free(e, c->has_logits, sizeof(bool) * S);
+  mrl__free(e, c->logits, sizeof(float) * S * (size_t)V);
+  mrl__free(e, c->rng, sizeof(struct mrl_rng) * S);
+  mrl__free(e, c->seq, sizeof(mrl_block_seq) * S);
+  mrl__free(e, c->drawn, sizeof(int32_t) * S);
+  mrl__free(e, c->drawn_logp, sizeof(float) * S);
+  mrl__free(e, c->drawn_rng, sizeof(struct mrl_rng) * S);
+  mrl__free(e, c->bad_logit, sizeof(int64_t) * S);
+  mrl__free(e, c->probs, sizeof(float) * (size_t)V * (size_t)c->sample_threads);
+  mrl__free(e, c->order, sizeof(struct candidate) * (size_t)V * (size_t)c->sample_threads);
   mrl__free(e, c, sizeof *c);
 }
 
@@ -103,8 +157,9 @@ mrl_status mrl_kv_cache_new(mrl_model *m, int slots, int capacity, mrl_kv_cache 
     return mrl__fail(e, MRL_ERR_INVALID, fn,
                      "need slots > 0 and 0 < capacity <= ctx (%d), got %d and %d", m->cfg.ctx,
                      slots, capacity);
-  double floats = (double)m->cfg.layers * slots * capacity * m->kv_dim;
-  if (floats * 2 * sizeof(float) > (double)SIZE_MAX / 4)
+  int64_t key_ld = mrl__attn_key_columns(capacity);
+  double floats = (double)m->cfg.layers * slots * (double)(capacity + key_ld) * m->kv_dim;
+  if (floats * sizeof(float) > (double)SIZE_MAX / 4)
     return mrl__fail(e, MRL_ERR_OVERFLOW, fn, "cache too large");
   mrl_kv_cache *c = mrl__alloc(e, sizeof *c);
   if (!c) return mrl__fail(e, MRL_ERR_NOMEM, fn, "cannot allocate a cache");
@@ -112,21 +167,27 @@ mrl_status mrl_kv_cache_new(mrl_model *m, int slots, int capacity, mrl_kv_cache 
   c->model = m;
   c->slots = slots;
   c->capacity = capacity;
+  c->key_ld = key_ld;
   int64_t V = m->cfg.vocab;
-  c->keys = mrl__alloc(e, sizeof(float) * (size_t)cache_floats(c));
-  c->values = mrl__alloc(e, sizeof(float) * (size_t)cache_floats(c));
+  c->keys = mrl__alloc(e, sizeof(float) * (size_t)key_floats(c));
+  c->values = mrl__alloc(e, sizeof(float) * (size_t)value_floats(c));
   c->length = mrl__alloc(e, sizeof(int) * (size_t)slots);
   c->has_logits = mrl__alloc(e, sizeof(bool) * (size_t)slots);
   c->logits = mrl__alloc(e, sizeof(float) * (size_t)(slots * V));
   c->rng = mrl__alloc(e, sizeof(struct mrl_rng) * (size_t)slots);
-  c->probs = mrl__alloc(e, sizeof(float) * (size_t)V);
-  c->order = mrl__alloc(e, sizeof(struct candidate) * (size_t)V);
+  c->seq = mrl__alloc(e, sizeof(mrl_block_seq) * (size_t)slots);
+  c->drawn = mrl__alloc(e, sizeof(int32_t) * (size_t)slots);
+  c->drawn_logp = mrl__alloc(e, sizeof(float) * (size_t)slots);
+  c->drawn_rng = mrl__alloc(e, sizeof(struct mrl_rng) * (size_t)slots);
+  c->bad_logit = mrl__alloc(e, sizeof(int64_t) * (size_t)slots);
   if (!c->keys || !c->values || !c->length || !c->has_logits || !c->logits || !c->rng ||
-      !c->probs || !c->order) {
+      !c->seq || !c->drawn || !c->drawn_logp || !c->drawn_rng || !c->bad_logit) {
     mrl_kv_cache_free(c);
     return mrl__fail(e, MRL_ERR_NOMEM, fn, "cannot allocate a cache of %d x %d tokens", slots,
                      capacity);
   }
+  /* attention reads whole tiles of key columns, past a slot's length too: defined values */
+  memset(c->keys, 0, sizeof(float) * (size_t)key_floats(c));
   for (int s = 0; s < slots; s++) {
     c->length[s] = 0;
     c->has_logits[s] = false;
@@ -163,9 +224,15 @@ const float *mrl_kv_cache_logits(const mrl_kv_cache *c, int slot) {
   return c->logits + (int64_t)slot * c->model->cfg.vocab;
 }
 
-/* The key (or value) row of a layer, slot and position in the cache. */
-static float *cache_row(const mrl_kv_cache *c, float *base, int layer, int slot, int pos) {
-  return base + (((int64_t)layer * c->slots + slot) * c->capacity + pos) * c->model->kv_dim;
+/* The transposed keys of a layer and slot: key_ld / MRL_ATTN_COLS blocks of kv_dim x
+ * MRL_ATTN_COLS. */
+static float *slot_keys(const mrl_kv_cache *c, int layer, int slot) {
+  return c->keys + ((int64_t)layer * c->slots + slot) * c->model->kv_dim * c->key_ld;
+}
+
+/* The value row of a layer, slot and position. */
+static float *slot_values(const mrl_kv_cache *c, int layer, int slot, int pos) {
+  return c->values + (((int64_t)layer * c->slots + slot) * c->capacity + pos) * c->model->kv_dim;
 }
 
 mrl_status mrl_kv_cache_copy(mrl_kv_cache *c, int src, int dst, uint64_t seed) {
@@ -174,10 +241,13 @@ mrl_status mrl_kv_cache_copy(mrl_kv_cache *c, int src, int dst, uint64_t seed) {
   mrl_status st = check_slot(c, fn, src);
   if (st || (st = check_slot(c, fn, dst))) return st;
   if (src == dst) return mrl__fail(c->model->engine, MRL_ERR_INVALID, fn, "src and dst are the same");
-  size_t row = sizeof(float) * (size_t)c->model->kv_dim * (size_t)c->length[src];
+  int kv = c->model->kv_dim, len = c->length[src];
+  size_t key_blocks = (size_t)(len + MRL_ATTN_COLS - 1) / MRL_ATTN_COLS;
   for (int l = 0; l < c->model->cfg.layers; l++) {
-    memcpy(cache_row(c, c->keys, l, dst, 0), cache_row(c, c->keys, l, src, 0), row);
-    memcpy(cache_row(c, c->values, l, dst, 0), cache_row(c, c->values, l, src, 0), row);
+    memcpy(slot_keys(c, l, dst), slot_keys(c, l, src),
+           sizeof(float) * key_blocks * (size_t)kv * MRL_ATTN_COLS);
+    memcpy(slot_values(c, l, dst, 0), slot_values(c, l, src, 0),
+           sizeof(float) * (size_t)kv * (size_t)len);
   }
   int64_t V = c->model->cfg.vocab;
   memcpy(c->logits + (int64_t)dst * V, c->logits + (int64_t)src * V, sizeof(float) * (size_t)V);
@@ -185,38 +255,6 @@ mrl_status mrl_kv_cache_copy(mrl_kv_cache *c, int src, int dst, uint64_t seed) {
   c->has_logits[dst] = c->has_logits[src];
   mrl__rng_seed(&c->rng[dst], seed);
   return MRL_OK;
-}
-
-/* Attention for the `count` appended rows of one slot starting at row r0, all heads. */
-static void run_attention(mrl_kv_cache *c, int layer, int slot, int64_t r0, int count) {
-  const mrl_model *m = c->model;
-  int hd = m->head_dim, group = m->cfg.heads / m->cfg.kv_heads;
-  int64_t qkv_w = m->q_dim + 2 * (int64_t)m->kv_dim;
-  int first = c->row_pos[r0], keys = first + count;
-  float scale = 1.0f / sqrtf((float)hd);
-  const float *K = cache_row(c, c->keys, layer, slot, 0);
-  const float *Vv = cache_row(c, c->values, layer, slot, 0);
-  for (int h = 0; h < m->cfg.heads; h++) {
-    int g = h / group;
-    const float *q = c->qkv + r0 * qkv_w + (int64_t)h * hd;
-    /* scores (count, keys) = q k^T over the slot's cached keys */
-    mrl__gemm(false, true, count, keys, hd, scale, q, qkv_w, K + (int64_t)g * hd, m->kv_dim, 0.0f,
-              c->scores, keys);
-    for (int i = 0; i < count; i++) /* row i sees keys 0 .. first + i */
-      mrl__softmax_causal(c->scores + (int64_t)i * keys, first + i, keys);
-    mrl__gemm(false, false, count, hd, keys, 1.0f, c->scores, keys, Vv + (int64_t)g * hd,
-              m->kv_dim, 0.0f, c->attn + r0 * m->q_dim + (int64_t)h * hd, m->q_dim);
-  }
-}
-
-static void rmsnorm_rows(float *out, const float *x, const float *w, int64_t n, int64_t d,
-                         float eps) {
-  for (int64_t i = 0; i < n; i++) {
-    double ss = 0.0;
-    for (int64_t j = 0; j < d; j++) ss += (double)x[i * d + j] * x[i * d + j];
-    float r = (float)(1.0 / sqrt(ss / (double)d + (double)eps));
-    for (int64_t j = 0; j < d; j++) out[i * d + j] = x[i * d + j] * r * w[j];
-  }
 }
 
 mrl_status mrl_kv_cache_append(mrl_kv_cache *c, int n, const int *slots, const int32_t *tokens,
@@ -249,69 +287,58 @@ mrl_status mrl_kv_cache_append(mrl_kv_cache *c, int n, const int *slots, const i
                          cfg->vocab - 1);
     R += counts[i];
   }
-  if (!grow_rows(c, R)) return mrl__fail(e, MRL_ERR_NOMEM, fn, "cannot allocate %lld rows",
-                                         (long long)R);
-  int64_t D = cfg->dim, F = cfg->ffn, qkv_w = m->q_dim + 2 * (int64_t)m->kv_dim;
-  int half = m->head_dim / 2;
-  const float *W = m->weights;
-  for (int i = 0, r = 0; i < n; i++)
-    for (int k = 0; k < counts[i]; k++, r++) {
-      c->row_slot[r] = slots[i];
-      c->row_pos[r] = c->length[slots[i]] + k;
-      memcpy(c->x + (int64_t)r * D, W + m->embed + (int64_t)tokens[r] * D,
-             sizeof(float) * (size_t)D);
-    }
-  for (int l = 0; l < cfg->layers; l++) {
-    const mrl_layer_params *P = &m->layer[l];
-    rmsnorm_rows(c->xn, c->x, W + P->attn_norm, R, D, cfg->norm_eps);
-    mrl__gemm(false, true, R, qkv_w, D, 1.0f, c->xn, D, W + P->wq, D, 0.0f, c->qkv, qkv_w);
-    for (int64_t r = 0; r < R; r++) {
-      float *row = c->qkv + r * qkv_w;
-      if (cfg->qkv_bias) {
-        for (int j = 0; j < m->q_dim; j++) row[j] += W[P->bq + j];
-        for (int j = 0; j < m->kv_dim; j++) row[m->q_dim + j] += W[P->bk + j];
-        for (int j = 0; j < m->kv_dim; j++) row[m->q_dim + m->kv_dim + j] += W[P->bv + j];
-      }
-      if (cfg->qk_norm) {
-        rmsnorm_rows(row, row, W + P->q_norm, cfg->heads, m->head_dim, cfg->norm_eps);
-        rmsnorm_rows(row + m->q_dim, row + m->q_dim, W + P->k_norm, cfg->kv_heads, m->head_dim,
-                     cfg->norm_eps);
-      }
-      int pos = c->row_pos[r];
-      const float *cs = m->rope_cos + (int64_t)pos * half, *sn = m->rope_sin + (int64_t)pos * half;
-      mrl__rope(row, cfg->heads, m->head_dim, cs, sn, 1.0f);
-      mrl__rope(row + m->q_dim, cfg->kv_heads, m->head_dim, cs, sn, 1.0f);
-      memcpy(cache_row(c, c->keys, l, c->row_slot[r], pos), row + m->q_dim,
-             sizeof(float) * (size_t)m->kv_dim);
-      memcpy(cache_row(c, c->values, l, c->row_slot[r], pos), row + m->q_dim + m->kv_dim,
-             sizeof(float) * (size_t)m->kv_dim);
-    }
-    int threads = mrl__blas_single();
-    for (int i = 0, r0 = 0; i < n; r0 += counts[i], i++)
-      run_attention(c, l, slots[i], r0, counts[i]);
-    mrl__blas_restore(threads);
-    mrl__gemm(false, true, R, D, m->q_dim, 1.0f, c->attn, m->q_dim, W + P->wo, m->q_dim, 1.0f,
-              c->x, D);
-    rmsnorm_rows(c->xn, c->x, W + P->mlp_norm, R, D, cfg->norm_eps);
-    mrl__gemm(false, true, R, 2 * F, D, 1.0f, c->xn, D, W + P->w_gate, D, 0.0f, c->gate_up,
-              2 * F);
-    mrl__swiglu(c->hidden, c->gate_up, R, F);
-    mrl__gemm(false, true, R, D, F, 1.0f, c->hidden, F, W + P->w_down, F, 1.0f, c->x, D);
+  int threads = m->reference_attention ? 1 : e->threads, max_rows = 0, max_keys = 0;
+  for (int i = 0; i < n; i++) {
+    if (counts[i] > max_rows) max_rows = counts[i];
+    if (c->length[slots[i]] + counts[i] > max_keys) max_keys = c->length[slots[i]] + counts[i];
   }
-  /* logits after the last token of each run; the final norm of those rows goes into xn */
-  int64_t V = cfg->vocab;
+  int64_t V = cfg->vocab, work = mrl__block_work(m, max_rows, max_keys);
+  /* every step that can fail, before the cache changes */
+  mrl_scratch_slot scratch[2] = {SCRATCH_HEAD, SCRATCH_ATTN_WORK};
+  int64_t sizes[2] = {(int64_t)n * V, threads * work};
+  mrl_status st;
+  float *rows[ROW_BUFFERS];
+  if (!m->reference_attention && (st = mrl__pool_start(e, fn))) return st;
+  if (!alloc_rows(c, R, rows))
+    return mrl__fail(e, MRL_ERR_NOMEM, fn, "cannot allocate %lld rows", (long long)R);
+  if (!mrl__model_reserve(m, 2, scratch, sizes)) {
+    install_rows(c, R, rows, true);
+    return mrl__fail(e, MRL_ERR_NOMEM, fn, "cannot allocate logits for %d runs", n);
+  }
+  install_rows(c, R, rows, false);
+
+  int64_t D = cfg->dim;
+  const float *W = m->weights;
+  for (int i = 0, r = 0; i < n; r += counts[i], i++) {
+    c->seq[i] = (mrl_block_seq){.row = r, .rows = counts[i], .len = counts[i],
+                                .pos = c->length[slots[i]]};
+    for (int k = 0; k < counts[i]; k++)
+      memcpy(c->x + (int64_t)(r + k) * D, W + m->embed + (int64_t)tokens[r + k] * D,
+             sizeof(float) * (size_t)D);
+  }
+  mrl_block_io io = {.rows = R, .nseq = n, .seq = c->seq, .x = c->x, .x_mid = c->x,
+                     .x_out = c->x, .xn = c->xn, .qkv = c->qkv, .attn = c->attn,
+                     .gate_up = c->gate_up, .hidden = c->hidden,
+                     .work = m->scratch[SCRATCH_ATTN_WORK].p, .work_per_thread = work};
+  for (int l = 0; l < cfg->layers; l++) {
+    for (int i = 0; i < n; i++) {
+      c->seq[i].k = slot_keys(c, l, slots[i]);
+      c->seq[i].v = slot_values(c, l, slots[i], 0);
+    }
+    mrl__block_forward(m, l, &io);
+  }
+  /* logits after the last token of each run: the final norm of those rows into xn, one product
+   * for all runs, then each slot's row into place */
   for (int i = 0, r = 0; i < n; i++) {
     r += counts[i];
-    rmsnorm_rows(c->xn + (int64_t)i * D, c->x + (int64_t)(r - 1) * D, W + m->final_norm, 1, D,
-                 cfg->norm_eps);
-    c->length[slots[i]] += counts[i];
+    mrl__rmsnorm(c->xn + (int64_t)i * D, NULL, c->x + (int64_t)(r - 1) * D, W + m->final_norm, 1,
+                 D, cfg->norm_eps);
   }
-  /* one product for all runs, then each slot's row into place */
-  float *block = mrl__model_scratch(m, SCRATCH_HEAD, (int64_t)n * V);
-  if (!block) return mrl__fail(e, MRL_ERR_NOMEM, fn, "cannot allocate logits");
+  float *block = m->scratch[SCRATCH_HEAD].p;
   mrl__gemm(false, true, n, V, D, 1.0f, c->xn, D, W + m->lm_head, D, 0.0f, block, V);
   for (int i = 0; i < n; i++) {
     memcpy(c->logits + (int64_t)slots[i] * V, block + (int64_t)i * V, sizeof(float) * (size_t)V);
+    c->length[slots[i]] += counts[i];
     c->has_logits[slots[i]] = true;
   }
   return MRL_OK;
@@ -325,20 +352,26 @@ static int by_prob_desc(const void *a, const void *b) {
   return x->id < y->id ? -1 : 1; /* ties: lower id first, as the greedy choice */
 }
 
-/* Draws one token from logits z (vocab V) and returns it; *logp gets its log-probability under
- * the temperature-scaled distribution (temperature 1 when greedy). */
-static int32_t sample_one(mrl_kv_cache *c, const float *z, int64_t V, const mrl_sampling *s,
-                          struct mrl_rng *rng, float *logp) {
+/* Draws one token from logits z (vocab V) with rng, using the scratch p and order (V each), and
+ * returns it; *logp gets its log-probability under the temperature-scaled distribution
+ * (temperature 1 when greedy). Returns -1 with *bad set to the index of the first logit that is
+ * not finite (there is no distribution to draw from; the comparisons below would not order it). */
+static int32_t sample_one(const float *z, int64_t V, const mrl_sampling *s, struct mrl_rng *rng,
+                          float *p, struct candidate *order, float *logp, int64_t *bad) {
   float temp = s->temperature > 0.0f ? s->temperature : 1.0f;
   float mx = z[0];
   int32_t best = 0;
-  for (int64_t j = 1; j < V; j++)
+  for (int64_t j = 0; j < V; j++) {
+    if (!isfinite(z[j])) {
+      *bad = j;
+      return -1;
+    }
     if (z[j] > mx) {
       mx = z[j];
       best = (int32_t)j;
     }
+  }
   double sum = 0.0;
-  float *p = c->probs;
   for (int64_t j = 0; j < V; j++) {
     p[j] = expf((z[j] - mx) / temp);
     sum += p[j];
@@ -350,7 +383,6 @@ static int32_t sample_one(mrl_kv_cache *c, const float *z, int64_t V, const mrl_
   }
   /* candidates in descending probability, cut by top-k, top-p and min-p */
   int64_t n = V;
-  struct candidate *order = c->order;
   for (int64_t j = 0; j < V; j++) order[j] = (struct candidate){p[j], (int32_t)j};
   bool top_k = s->top_k > 0 && s->top_k < V, top_p = s->top_p > 0.0f && s->top_p < 1.0f;
   if (top_k || top_p) {
@@ -379,33 +411,71 @@ static int32_t sample_one(mrl_kv_cache *c, const float *z, int64_t V, const mrl_
   return pick;
 }
 
+typedef struct {
+  mrl_kv_cache *c;
+  const int *slots;
+  const mrl_sampling *sampling;
+} sample_job;
+
+/* One unit: the draw of the u-th listed slot, from a copy of its stream (committed later). */
+static void sample_unit(void *ctx, int64_t u, int worker) {
+  const sample_job *job = ctx;
+  mrl_kv_cache *c = job->c;
+  int64_t V = c->model->cfg.vocab;
+  int slot = job->slots[u];
+  c->drawn_rng[u] = c->rng[slot];
+  c->bad_logit[u] = -1;
+  c->drawn[u] = sample_one(c->logits + (int64_t)slot * V, V, job->sampling, &c->drawn_rng[u],
+                           c->probs + (int64_t)worker * V, c->order + (int64_t)worker * V,
+                           &c->drawn_logp[u], &c->bad_logit[u]);
+}
+
 mrl_status mrl_kv_cache_sample(mrl_kv_cache *c, int n, const int *slots,
                                const mrl_sampling *sampling, int32_t *tokens, float *logprobs) {
   const char *fn = "mrl_kv_cache_sample";
   if (!c) return MRL_ERR_NULL;
   mrl_engine *e = c->model->engine;
   if (n < 0) return mrl__fail(e, MRL_ERR_INVALID, fn, "n is negative");
-  if (n > 0 && (!slots || !sampling || !tokens))
+  if (n == 0) return MRL_OK;
+  if (!slots || !sampling || !tokens)
     return mrl__fail(e, MRL_ERR_NULL, fn, "%s is NULL",
                      !slots ? "slots" : !sampling ? "sampling" : "tokens");
-  if (n > 0 && (!(sampling->temperature >= 0.0f) || sampling->top_k < 0 ||
-                !(sampling->top_p >= 0.0f && sampling->top_p <= 1.0f) ||
-                !(sampling->min_p >= 0.0f && sampling->min_p <= 1.0f)))
+  if (!(sampling->temperature >= 0.0f) || sampling->top_k < 0 ||
+      !(sampling->top_p >= 0.0f && sampling->top_p <= 1.0f) ||
+      !(sampling->min_p >= 0.0f && sampling->min_p <= 1.0f))
     return mrl__fail(e, MRL_ERR_INVALID, fn,
                      "need temperature >= 0, top_k >= 0, top_p and min_p in [0, 1]");
   for (int i = 0; i < n; i++) {
     mrl_status st = check_slot(c, fn, slots[i]);
     if (st) return st;
+    for (int j = 0; j < i; j++)
+      if (slots[j] == slots[i])
+        return mrl__fail(e, MRL_ERR_INVALID, fn, "slot %d is listed twice", slots[i]);
     if (!c->has_logits[slots[i]])
       return mrl__fail(e, MRL_ERR_INVALID, fn, "slot %d has no tokens to continue from",
                        slots[i]);
   }
+  mrl_status st = mrl__pool_start(e, fn);
+  if (st) return st;
+  if (!grow_sampling(c, e->threads))
+    return mrl__fail(e, MRL_ERR_NOMEM, fn, "cannot allocate sampling scratch for %d threads",
+                     e->threads);
   int64_t V = c->model->cfg.vocab;
+  sample_job job = {c, slots, sampling};
+  mrl__pool_run(e, n, 20.0 * (double)n * (double)V, sample_unit, &job);
+  /* nothing changes unless every slot could draw */
+  for (int i = 0; i < n; i++)
+    if (c->bad_logit[i] >= 0) {
+      float z = c->logits[(int64_t)slots[i] * V + c->bad_logit[i]];
+      return mrl__fail(e, MRL_ERR_INVALID, fn,
+                       "slot %d: logit %lld is %s; the model's outputs are not finite (NaN or "
+                       "infinite weights or activations)",
+                       slots[i], (long long)c->bad_logit[i], isnan(z) ? "NaN" : "infinite");
+    }
   for (int i = 0; i < n; i++) {
-    float lp;
-    tokens[i] = sample_one(c, c->logits + (int64_t)slots[i] * V, V, sampling, &c->rng[slots[i]],
-                           &lp);
-    if (logprobs) logprobs[i] = lp;
+    c->rng[slots[i]] = c->drawn_rng[i];
+    tokens[i] = c->drawn[i];
+    if (logprobs) logprobs[i] = c->drawn_logp[i];
   }
   return MRL_OK;
 }

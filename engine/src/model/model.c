@@ -254,6 +254,47 @@ float *mrl__model_scratch(mrl_model *m, mrl_scratch_slot slot, int64_t floats) {
   return p;
 }
 
+bool mrl__scratch_prepare(mrl_model *m, mrl_scratch_plan *plan, int count,
+                          const mrl_scratch_slot *slots, const int64_t *floats) {
+  memset(plan, 0, sizeof *plan);
+  if (count > SCRATCH_COUNT) return false;
+  plan->count = count;
+  for (int i = 0; i < count; i++) {
+    plan->slot[i] = slots[i];
+    plan->floats[i] = floats[i];
+    if (m->scratch[slots[i]].cap >= floats[i]) continue;
+    if ((uint64_t)floats[i] > SIZE_MAX / sizeof(float) ||
+        !(plan->fresh[i] = mrl__alloc(m->engine, sizeof(float) * (size_t)floats[i]))) {
+      mrl__scratch_finish(m, plan, false);
+      return false;
+    }
+  }
+  return true;
+}
+
+void mrl__scratch_finish(mrl_model *m, mrl_scratch_plan *plan, bool commit) {
+  for (int i = 0; i < plan->count; i++) {
+    if (!plan->fresh[i]) continue;
+    mrl_scratch *s = &m->scratch[plan->slot[i]];
+    if (commit) {
+      mrl__free(m->engine, s->p, sizeof(float) * (size_t)s->cap);
+      s->p = plan->fresh[i];
+      s->cap = plan->floats[i];
+    } else {
+      mrl__free(m->engine, plan->fresh[i], sizeof(float) * (size_t)plan->floats[i]);
+    }
+    plan->fresh[i] = NULL;
+  }
+}
+
+bool mrl__model_reserve(mrl_model *m, int count, const mrl_scratch_slot *slots,
+                        const int64_t *floats) {
+  mrl_scratch_plan plan;
+  if (!mrl__scratch_prepare(m, &plan, count, slots, floats)) return false;
+  mrl__scratch_finish(m, &plan, true);
+  return true;
+}
+
 void mrl_model_free(mrl_model *m) {
   if (!m) return;
   mrl_engine *e = m->engine;

@@ -1,6 +1,7 @@
 /* model.h - the policy model's internals shared by its source files (model.c: layout and
- * lifetime; model_forward.c / model_backward.c: the maths; model_io.c: Hugging Face files).
- * Not installed. */
+ * lifetime; block.c: the decoder block; attention.c: its attention kernels; model_forward.c /
+ * model_backward.c: the passes over a batch; kv_cache.c: incremental decoding; model_io.c:
+ * Hugging Face files). Not installed. */
 #ifndef MRL_MODEL_H
 #define MRL_MODEL_H
 
@@ -40,7 +41,7 @@ typedef enum {
   SCRATCH_DQKV,
   SCRATCH_DATTN,
   SCRATCH_DGATE_UP,
-  SCRATCH_DPROBS,
+  SCRATCH_ATTN_WORK, /* per thread: what one unit of attention work needs */
   SCRATCH_COUNT
 } mrl_scratch_slot;
 
@@ -71,6 +72,9 @@ struct mrl_model {
 
   mrl_activations *act; /* what the last forward kept (model_forward.c) */
   mrl_scratch scratch[SCRATCH_COUNT];
+  /* attention through the reference (OpenBLAS products, on the calling thread) instead of the
+   * kernels on the engine's threads: what the tests compare the kernels against */
+  bool reference_attention;
 };
 
 /* What a forward pass keeps for the backward pass, for a batch of `batch` x `steps` tokens
@@ -84,6 +88,7 @@ struct mrl_activations {
   int64_t rows_cap, probs_cap; /* sizes the buffers were allocated for */
   bool valid;                  /* a forward ran and no weight changed since */
   int32_t *tokens, *lengths;   /* copies of the batch */
+  struct mrl_block_seq *seqs;  /* the batch's sequences as the block sees them (rows_cap) */
   float *x;           /* (layers + 1) x n x dim: residual stream; x[layers] feeds the final norm */
   float *rstd_attn;   /* layers x n */
   float *qkv;         /* layers x n x (q_dim + 2 kv_dim): q | k | v per row, after RoPE */
@@ -99,9 +104,89 @@ struct mrl_activations {
 };
 
 enum { MRL_HEAD_BLOCK = 64 }; /* rows of logits the LM head computes at a time */
-/* Query rows per attention block: a block multiplies only the keys up to its last row, skipping
- * most of the causally masked upper triangle (at T = 256, 3/4 of the full product). */
+/* Query rows per block of the reference attention: a block multiplies only the keys up to its
+ * last row, skipping most of the causally masked upper triangle (at T = 256, 3/4 of the full
+ * product). */
 enum { MRL_ATTN_BLOCK = 128 };
+
+/* One sequence's rows in a call of mrl__block_forward: rows [row, row + rows) of the call, at
+ * positions pos, pos + 1, ...; the first len are real tokens, the rest right padding (their
+ * attention output is zero and nothing attends to them). Row t attends to positions 0 .. pos + t.
+ * Keys and values: with k == NULL they are the sequence's own rows of qkv (pos is 0: training);
+ * otherwise they are a KV-cache slot's, of this layer. Its keys are transposed in blocks of
+ * C = MRL_ATTN_COLS positions, a block's kv_dim rows of C side by side: component j of position
+ * p's key at k[(p / C) kv_dim C + j C + p % C], blocks up to mrl__attn_key_columns(pos + len) / C
+ * (a token's key lands in one block, a line per component); position p's value at v + p kv_dim.
+ * Positions before pos are there already; the block writes those of its rows. */
+typedef struct mrl_block_seq {
+  int64_t row;
+  int rows, len, pos;
+  float *k, *v;
+  float *probs; /* kept attention probabilities, heads x rows x probs_width; NULL: not kept */
+} mrl_block_seq;
+
+/* A block's rows and buffers. Kept activations (the backward pass's) are those pointers given;
+ * NULL ones are not kept. */
+typedef struct mrl_block_io {
+  int64_t rows;
+  int nseq;
+  const mrl_block_seq *seq;
+  float *x;           /* (rows, dim) input of the block */
+  float *x_mid;       /* (rows, dim) residual after attention; may be x */
+  float *x_out;       /* (rows, dim) output; may be x_mid */
+  float *xn;          /* (rows, dim) scratch: normalised inputs of the projections */
+  float *qkv;         /* (rows, q_dim + 2 kv_dim) q | k | v after RoPE */
+  float *attn;        /* (rows, q_dim) attention output */
+  float *gate_up;     /* (rows, 2 ffn) */
+  float *hidden;      /* (rows, ffn) scratch */
+  float *rstd_attn, *rstd_mlp;  /* (rows) RMSNorm scales, kept or NULL */
+  float *qk_pre, *rstd_qk;      /* (rows, q_dim + kv_dim) and (rows, heads + kv_heads) (qk_norm) */
+  int probs_width;    /* row length of the kept probabilities */
+  float *work;        /* mrl_engine_threads x work_per_thread floats */
+  int64_t work_per_thread;
+} mrl_block_io;
+
+/* One decoder block, layer `layer`, over io's rows. Cannot fail: every buffer is the caller's and
+ * the engine's threads must have been started (mrl__pool_start). */
+void mrl__block_forward(mrl_model *m, int layer, const mrl_block_io *io);
+/* Floats of io->work one thread needs for sequences of up to max_rows rows and max_keys keys. */
+int64_t mrl__block_work(const mrl_model *m, int max_rows, int max_keys);
+
+/* attention.c: one head of one sequence. q (rows, hd; row stride ldq) are queries at positions
+ * pos .. pos + rows - 1, attending to the keys and values of positions 0 .. pos + rows - 1.
+ * Forward: out (rows, hd; ldo) = softmax(q k^T / sqrt(hd), causal) v, with the keys transposed
+ * in column tiles of MRL_ATTN_COLS: component d of key s at kt[d ldkt + (s / C) ldkc + s % C]
+ * (plain rows: ldkc = C), readable (any values) up to column mrl__attn_key_columns(pos + rows);
+ * v (pos + rows, hd; ldv). probs (rows, ldp), when not NULL, receives the probabilities, zero
+ * past each row's range up to width. The reference takes plain rows (kt, ldkt).
+ * Backward (pos 0, probs kept): k, v (rows, hd; ldkv) as rows; dq (rows, hd; lddq) = the gradient
+ * of q (written), dk and dv (rows, hd; lddkv) += those of k and v, from dout (rows, hd; lddo).
+ * work: the _work floats. The _ref versions are the reference (mrl__gemm, calling thread only). */
+enum { MRL_ATTN_COLS = 16 }; /* columns of the kernels' tiles */
+int64_t mrl__attn_key_columns(int keys);
+/* kt (hd, ldkt) = the transpose of keys rows of k (row stride ldk), zero past them. */
+void mrl__attn_transpose_keys(float *kt, int64_t ldkt, const float *k, int64_t ldk, int keys,
+                              int hd);
+int64_t mrl__attn_forward_work(int hd, int keys);
+void mrl__attn_forward(float *out, int64_t ldo, float *probs, int64_t ldp, int width,
+                       const float *q, int64_t ldq, const float *kt, int64_t ldkt, int64_t ldkc,
+                       const float *v, int64_t ldv, int rows, int pos, int hd, float *work);
+int64_t mrl__attn_forward_ref_work(int rows, int keys);
+void mrl__attn_forward_ref(float *out, int64_t ldo, float *probs, int64_t ldp, int width,
+                           const float *q, int64_t ldq, const float *kt, int64_t ldkt,
+                           const float *v, int64_t ldv, int rows, int pos, int hd, float *work);
+int64_t mrl__attn_backward_work(int hd, int keys);
+void mrl__attn_backward(float *dq, int64_t lddq, float *dk, float *dv, int64_t lddkv,
+                        const float *dout, int64_t lddo, const float *probs, int64_t ldp,
+                        const float *q, int64_t ldq, const float *k, const float *v,
+                        int64_t ldkv, int rows, int hd, float *work);
+int64_t mrl__attn_backward_ref_work(int rows);
+void mrl__attn_backward_ref(float *dq, int64_t lddq, float *dk, float *dv, int64_t lddkv,
+                            const float *dout, int64_t lddo, const float *probs, int64_t ldp,
+                            const float *q, int64_t ldq, const float *k, const float *v,
+                            int64_t ldkv, int rows, int hd, float *work);
+/* dst[0..last] = softmax(src[0..last]), dst[last + 1 .. width) = 0; dst may be src. */
+void mrl__softmax_causal(float *dst, const float *src, int last, int width);
 
 /* Row-major C = alpha op(A) op(B) + beta C through OpenBLAS (or the reference kernel). */
 void mrl__gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const float *a,
@@ -126,17 +211,44 @@ mrl_status mrl__model_alloc(mrl_engine *e, const char *fn, const mrl_model_confi
 /* A scratch buffer of at least `floats` floats (contents undefined), or NULL when out of
  * memory. */
 float *mrl__model_scratch(mrl_model *m, mrl_scratch_slot slot, int64_t floats);
+/* Growing several scratch buffers as one step of a call that may still fail after it:
+ * mrl__scratch_prepare allocates what the listed buffers lack (false when out of memory, holding
+ * nothing then), mrl__scratch_finish puts them in place (commit) or frees them (a later step
+ * failed), so that a failed call holds no more memory than before. */
+typedef struct {
+  int count;
+  mrl_scratch_slot slot[SCRATCH_COUNT];
+  int64_t floats[SCRATCH_COUNT];
+  float *fresh[SCRATCH_COUNT];
+} mrl_scratch_plan;
+bool mrl__scratch_prepare(mrl_model *m, mrl_scratch_plan *plan, int count,
+                          const mrl_scratch_slot *slots, const int64_t *floats);
+void mrl__scratch_finish(mrl_model *m, mrl_scratch_plan *plan, bool commit);
+/* Both at once: all the buffers grown, or (false) none. */
+bool mrl__model_reserve(mrl_model *m, int count, const mrl_scratch_slot *slots,
+                        const int64_t *floats);
 
 /* Frees the activations kept for backward (model_forward.c). */
 void mrl__model_free_activations(mrl_model *m);
 
-/* model_forward.c pieces the backward pass and the KV cache reuse. */
+/* block.c row kernels. RMSNorm: out (n, d) = x / rms(x) * w, and rstd (n) = 1 / rms(x) unless
+ * NULL; out may be x. _apply: the same from a kept rstd (the backward pass recomputes it). */
+void mrl__rmsnorm(float *out, float *rstd, const float *x, const float *w, int64_t n, int64_t d,
+                  float eps);
 void mrl__rmsnorm_apply(float *out, const float *rstd, const float *x, const float *w, int64_t n,
                         int64_t d);
+/* Rotates each head of one row (heads x hd, row stride hd) by the angles of one position; sign
+ * -1 rotates back (the backward pass). Pairs are (i, i + hd/2) as in Hugging Face. */
 void mrl__rope(float *v, int heads, int hd, const float *cos_t, const float *sin_t, float sign);
+/* hidden (n, f) = silu(gate) * up, from rows of gate | up (n, 2f) */
 void mrl__swiglu(float *hidden, const float *gate_up, int64_t n, int64_t f);
-/* row[0..last] = softmax(row[0..last]) in place, row[last + 1 .. width) = 0. */
-void mrl__softmax_causal(float *row, int last, int width);
+/* The same on the engine's threads, and its backward: dgate_up (n, 2f) = the gradients of gate
+ * and up from dhidden (n, f). */
+void mrl__swiglu_rows(mrl_engine *e, float *hidden, const float *gate_up, int64_t n, int64_t f);
+void mrl__swiglu_backward_rows(mrl_engine *e, float *dgate_up, const float *dhidden,
+                               const float *gate_up, int64_t n, int64_t f);
+
+/* model_forward.c pieces the backward pass and the KV cache reuse. */
 mrl_status mrl__model_check_head(mrl_model *m, const char *fn, const int32_t *targets);
 void mrl__model_head_logits(mrl_model *m, float *out, int64_t r0, int64_t rows);
 void mrl__row_stats(const float *z, int64_t V, float *lse, float *entropy);

@@ -29,49 +29,36 @@ static void rmsnorm_backward(float *dx, float *dw, const float *dy, const float 
   }
 }
 
-/* Attention backward of one layer for sequence b, all heads. dattn (T rows, q_dim) is the
- * gradient of the attention output; writes dq and adds dk, dv into dqkv (rows of q|k|v). */
-static void attention_backward(mrl_model *m, float *dqkv, float *dprobs, const float *dattn,
-                               const float *qkv, const float *probs, int b, int T, int len) {
-  const mrl_model_config *c = &m->cfg;
-  int hd = m->head_dim, group = c->heads / c->kv_heads;
-  int64_t stride = m->q_dim + 2 * (int64_t)m->kv_dim;
-  const float *rows = qkv + (int64_t)b * T * stride;
-  float *drows = dqkv + (int64_t)b * T * stride;
-  float scale = 1.0f / sqrtf((float)hd);
-  for (int h = 0; h < c->heads; h++) {
-    int g = h / group;
-    const float *q = rows + (int64_t)h * hd;
-    const float *k = rows + m->q_dim + (int64_t)g * hd;
-    const float *v = rows + m->q_dim + m->kv_dim + (int64_t)g * hd;
-    float *dq = drows + (int64_t)h * hd;
-    float *dk = drows + m->q_dim + (int64_t)g * hd;
-    float *dv = drows + m->q_dim + m->kv_dim + (int64_t)g * hd;
-    const float *p = probs + (int64_t)h * T * T;
-    const float *dout = dattn + (int64_t)b * T * m->q_dim + (int64_t)h * hd;
-    /* blocks of query rows [r0, r1) against the keys [0, r1), as in the forward pass */
-    for (int r0 = 0; r0 < len; r0 += MRL_ATTN_BLOCK) {
-      int r1 = r0 + MRL_ATTN_BLOCK < len ? r0 + MRL_ATTN_BLOCK : len, rows = r1 - r0;
-      const float *pb = p + (int64_t)r0 * T, *db = dout + (int64_t)r0 * m->q_dim;
-      float *dpb = dprobs + (int64_t)r0 * T;
-      /* out = P V: dP = dout V^T, dV += P^T dout */
-      mrl__gemm(false, true, rows, r1, hd, 1.0f, db, m->q_dim, v, stride, 0.0f, dpb, T);
-      mrl__gemm(true, false, r1, hd, rows, 1.0f, pb, T, db, m->q_dim, 1.0f, dv, stride);
-      /* softmax backward over each causal row: dS = P * (dP - sum_s P dP), times the scale */
-      for (int t = r0; t < r1; t++) {
-        const float *pr = p + (int64_t)t * T;
-        float *dr = dprobs + (int64_t)t * T;
-        double dot = 0.0;
-        for (int s = 0; s <= t; s++) dot += (double)pr[s] * dr[s];
-        for (int s = 0; s <= t; s++) dr[s] = pr[s] * (dr[s] - (float)dot) * scale;
-        for (int s = t + 1; s < r1; s++) dr[s] = 0.0f;
-      }
-      /* S = q k^T: dq = dS k, dk += dS^T q */
-      mrl__gemm(false, false, rows, hd, r1, 1.0f, dpb, T, k, stride, 0.0f,
-                dq + (int64_t)r0 * stride, stride);
-      mrl__gemm(true, false, r1, hd, rows, 1.0f, dpb, T, q + (int64_t)r0 * stride, stride, 1.0f,
-                dk, stride);
-    }
+/* The attention backward of one layer, a unit per (sequence, key/value head): the heads of a
+ * group add into the same dk and dv rows, so one thread does them all, in order. */
+typedef struct {
+  const mrl_model *m;
+  float *dqkv;        /* rows of dq | dk | dv: dq written, dk and dv added to */
+  const float *dattn; /* gradient of the attention output, (n, q_dim) */
+  const float *qkv, *probs;
+  const int32_t *lengths;
+  int T;
+  float *work;
+  int64_t work_per_thread;
+} attention_backward_job;
+
+static void attention_backward_unit(void *ctx, int64_t u, int worker) {
+  const attention_backward_job *job = ctx;
+  const mrl_model *m = job->m;
+  int KV = m->cfg.kv_heads, group = m->cfg.heads / KV, hd = m->head_dim, T = job->T;
+  int b = (int)(u / KV), g = (int)(u % KV);
+  int64_t stride = m->q_dim + 2 * (int64_t)m->kv_dim, first = (int64_t)b * T;
+  const float *rows = job->qkv + first * stride;
+  float *drows = job->dqkv + first * stride;
+  const float *k = rows + m->q_dim + (int64_t)g * hd, *v = k + m->kv_dim;
+  float *dk = drows + m->q_dim + (int64_t)g * hd, *dv = dk + m->kv_dim;
+  float *work = job->work + (int64_t)worker * job->work_per_thread;
+  for (int h = g * group; h < (g + 1) * group; h++) {
+    const float *p = job->probs + ((int64_t)b * m->cfg.heads + h) * T * T;
+    const float *dout = job->dattn + first * m->q_dim + (int64_t)h * hd;
+    (m->reference_attention ? mrl__attn_backward_ref : mrl__attn_backward)(
+        drows + (int64_t)h * hd, stride, dk, dv, stride, dout, m->q_dim, p, T,
+        rows + (int64_t)h * hd, stride, k, v, stride, job->lengths[b], hd, work);
   }
 }
 
@@ -137,17 +124,22 @@ mrl_status mrl_model_backward_hidden(mrl_model *m, const int32_t *targets,
   int64_t n = (int64_t)B * T, D = c->dim, F = c->ffn;
   int64_t qkv_w = m->q_dim + 2 * (int64_t)m->kv_dim, qk_w = m->q_dim + (int64_t)m->kv_dim;
   int64_t probs_per_layer = (int64_t)B * c->heads * T * T;
-  float *dx = mrl__model_scratch(m, SCRATCH_DX, n * D);
-  float *dmid = mrl__model_scratch(m, SCRATCH_DMID, n * D);
-  float *dxn = mrl__model_scratch(m, SCRATCH_DXN, n * D);
-  float *xn = mrl__model_scratch(m, SCRATCH_XN, n * D);
-  float *hidden = mrl__model_scratch(m, SCRATCH_HIDDEN, n * F);
-  float *dqkv = mrl__model_scratch(m, SCRATCH_DQKV, n * qkv_w);
-  float *dattn = mrl__model_scratch(m, SCRATCH_DATTN, n * m->q_dim);
-  float *dgate_up = mrl__model_scratch(m, SCRATCH_DGATE_UP, n * 2 * F);
-  float *dprobs = mrl__model_scratch(m, SCRATCH_DPROBS, (int64_t)T * T);
-  if (!dx || !dmid || !dxn || !xn || !hidden || !dqkv || !dattn || !dgate_up || !dprobs)
+  int threads = m->reference_attention ? 1 : m->engine->threads;
+  int64_t work = m->reference_attention ? mrl__attn_backward_ref_work(T)
+                                        : mrl__attn_backward_work(m->head_dim, T);
+  /* everything that can fail comes before the first gradient changes */
+  mrl_scratch_slot slots[] = {SCRATCH_DX,   SCRATCH_DMID,  SCRATCH_DXN,      SCRATCH_XN,
+                              SCRATCH_HIDDEN, SCRATCH_DQKV, SCRATCH_DATTN, SCRATCH_DGATE_UP,
+                              SCRATCH_HEAD, SCRATCH_ATTN_WORK};
+  int64_t sizes[] = {n * D, n * D, n * D, n * D, n * F, n * qkv_w, n * m->q_dim, n * 2 * F,
+                     MRL_HEAD_BLOCK * (int64_t)c->vocab, threads * work};
+  if (!m->reference_attention && (st = mrl__pool_start(m->engine, fn))) return st;
+  if (!mrl__model_reserve(m, (int)(sizeof slots / sizeof *slots), slots, sizes))
     return mrl__fail(m->engine, MRL_ERR_NOMEM, fn, "cannot allocate gradient buffers");
+  float *dx = m->scratch[SCRATCH_DX].p, *dmid = m->scratch[SCRATCH_DMID].p;
+  float *dxn = m->scratch[SCRATCH_DXN].p, *xn = m->scratch[SCRATCH_XN].p;
+  float *hidden = m->scratch[SCRATCH_HIDDEN].p, *dqkv = m->scratch[SCRATCH_DQKV].p;
+  float *dattn = m->scratch[SCRATCH_DATTN].p, *dgate_up = m->scratch[SCRATCH_DGATE_UP].p;
   const float *W = m->weights;
   float *G = m->grads;
 
@@ -166,20 +158,11 @@ mrl_status mrl_model_backward_hidden(mrl_model *m, const int32_t *targets,
     const float *gate_up = a->gate_up + l * n * 2 * F;
 
     /* MLP: x_next = x_mid + (silu(gate) * up) Wd^T, with dx = d x_next */
-    mrl__swiglu(hidden, gate_up, n, F);
+    mrl__swiglu_rows(m->engine, hidden, gate_up, n, F);
     /* d hidden goes into the hidden buffer, which the down projection's gradient used last */
     mrl__gemm(true, false, D, F, n, 1.0f, dx, D, hidden, F, 1.0f, G + P->w_down, F);
     mrl__gemm(false, false, n, F, D, 1.0f, dx, D, W + P->w_down, F, 0.0f, hidden, F);
-    for (int64_t i = 0; i < n; i++) {
-      const float *g = gate_up + i * 2 * F, *u = g + F;
-      const float *dh = hidden + i * F;
-      float *dg = dgate_up + i * 2 * F, *du = dg + F;
-      for (int64_t j = 0; j < F; j++) {
-        float sg = 1.0f / (1.0f + expf(-g[j]));
-        du[j] = dh[j] * g[j] * sg;
-        dg[j] = dh[j] * u[j] * sg * (1.0f + g[j] * (1.0f - sg));
-      }
-    }
+    mrl__swiglu_backward_rows(m->engine, dgate_up, hidden, gate_up, n, F);
     mrl__rmsnorm_apply(xn, a->rstd_mlp + l * n, x_mid, W + P->mlp_norm, n, D);
     linear_backward(dxn, G + P->w_gate, dgate_up, xn, W + P->w_gate, n, D, 2 * F, D, 2 * F, false);
     memcpy(dmid, dx, sizeof(float) * (size_t)(n * D));
@@ -189,12 +172,16 @@ mrl_status mrl_model_backward_hidden(mrl_model *m, const int32_t *targets,
     /* attention: x_mid = x + attn Wo^T */
     linear_backward(dattn, G + P->wo, dmid, attn, W + P->wo, n, m->q_dim, D, m->q_dim, D, false);
     memset(dqkv, 0, sizeof(float) * (size_t)(n * qkv_w));
-    int threads = mrl__blas_single();
+    attention_backward_job job = {m,     dqkv, dattn, qkv, a->probs + l * probs_per_layer,
+                                  a->lengths, T, m->scratch[SCRATCH_ATTN_WORK].p, work};
+    double flops = 0.0;
     for (int b = 0; b < B; b++)
-      attention_backward(m, dqkv, dprobs, dattn, qkv, a->probs + l * probs_per_layer +
-                                                          (int64_t)b * c->heads * T * T,
-                         b, T, a->lengths[b]);
-    mrl__blas_restore(threads);
+      flops += 4.0 * c->heads * m->head_dim * a->lengths[b] * a->lengths[b];
+    int64_t units = (int64_t)B * c->kv_heads;
+    if (m->reference_attention) /* OpenBLAS products: the calling thread only */
+      for (int64_t u = 0; u < units; u++) attention_backward_unit(&job, u, 0);
+    else
+      mrl__pool_run(m->engine, units, flops, attention_backward_unit, &job);
     for (int64_t i = 0; i < n; i++) {
       float *row = dqkv + i * qkv_w;
       int64_t pos = i % T;

@@ -1,6 +1,7 @@
-/* model_forward.c - the decoder's forward pass over a right-padded batch, keeping the activations
- * the backward pass needs, and the LM head (log-probabilities, entropies, logits) computed in
- * blocks of rows so that the (positions x vocab) logits never have to exist at once. */
+/* model_forward.c - the decoder's forward pass over a right-padded batch (the blocks of block.c,
+ * keeping the activations the backward pass needs), and the LM head (log-probabilities,
+ * entropies, logits) computed in blocks of rows so that the (positions x vocab) logits never have
+ * to exist at once. */
 #include "model.h"
 
 #include <math.h>
@@ -26,65 +27,6 @@ void mrl__gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, c
                      (int)ldc);
 }
 
-/* out (n, d) = x / rms(x) * w; rstd (n) = 1 / rms(x) */
-static void rmsnorm_forward(float *out, float *rstd, const float *x, const float *w, int64_t n,
-                            int64_t d, float eps) {
-  for (int64_t i = 0; i < n; i++) {
-    const float *xi = x + i * d;
-    double ss = 0.0;
-    for (int64_t j = 0; j < d; j++) ss += (double)xi[j] * xi[j];
-    float r = (float)(1.0 / sqrt(ss / (double)d + (double)eps));
-    rstd[i] = r;
-    float *oi = out + i * d;
-    for (int64_t j = 0; j < d; j++) oi[j] = xi[j] * r * w[j];
-  }
-}
-
-/* Normalised input again from x and the kept rstd (so the forward need not keep it). */
-void mrl__rmsnorm_apply(float *out, const float *rstd, const float *x, const float *w, int64_t n,
-                        int64_t d) {
-  for (int64_t i = 0; i < n; i++)
-    for (int64_t j = 0; j < d; j++) out[i * d + j] = x[i * d + j] * rstd[i] * w[j];
-}
-
-/* Rotates each head of one row (heads x hd, row stride hd) by the angles of position pos;
- * sign -1 rotates back (the backward pass). Pairs are (i, i + hd/2) as in Hugging Face. */
-void mrl__rope(float *v, int heads, int hd, const float *cos_t, const float *sin_t, float sign) {
-  int half = hd / 2;
-  for (int h = 0; h < heads; h++) {
-    float *x = v + (int64_t)h * hd;
-    for (int i = 0; i < half; i++) {
-      float c = cos_t[i], s = sign * sin_t[i];
-      float a = x[i], b = x[i + half];
-      x[i] = a * c - b * s;
-      x[i + half] = b * c + a * s;
-    }
-  }
-}
-
-void mrl__softmax_causal(float *row, int last, int width) {
-  float mx = row[0];
-  for (int s = 1; s <= last; s++)
-    if (row[s] > mx) mx = row[s];
-  double sum = 0.0;
-  for (int s = 0; s <= last; s++) {
-    row[s] = expf(row[s] - mx);
-    sum += row[s];
-  }
-  float inv = (float)(1.0 / sum);
-  for (int s = 0; s <= last; s++) row[s] *= inv;
-  for (int s = last + 1; s < width; s++) row[s] = 0.0f; /* causal (and padding) mask */
-}
-
-/* hidden (n, f) = silu(gate) * up, from rows of gate | up (n, 2f) */
-void mrl__swiglu(float *hidden, const float *gate_up, int64_t n, int64_t f) {
-  for (int64_t i = 0; i < n; i++) {
-    const float *g = gate_up + i * 2 * f, *u = g + f;
-    float *h = hidden + i * f;
-    for (int64_t j = 0; j < f; j++) h[j] = g[j] / (1.0f + expf(-g[j])) * u[j];
-  }
-}
-
 /* ---- activations ---- */
 
 void mrl__model_free_activations(mrl_model *m) {
@@ -96,6 +38,7 @@ void mrl__model_free_activations(mrl_model *m) {
   int64_t qkv = m->q_dim + 2 * (int64_t)m->kv_dim, qk = m->q_dim + (int64_t)m->kv_dim;
   mrl__free(e, a->tokens, sizeof(int32_t) * (size_t)n);
   mrl__free(e, a->lengths, sizeof(int32_t) * (size_t)n);
+  mrl__free(e, a->seqs, sizeof *a->seqs * (size_t)n);
   mrl__free(e, a->x, sizeof(float) * (size_t)((L + 1) * n * c->dim));
   mrl__free(e, a->rstd_attn, sizeof(float) * (size_t)(L * n));
   mrl__free(e, a->qkv, sizeof(float) * (size_t)(L * n * qkv));
@@ -134,6 +77,7 @@ static mrl_status ensure_activations(mrl_model *m, const char *fn, int64_t n, in
   m->act = a;
   bool ok = (a->tokens = mrl__alloc(e, sizeof(int32_t) * (size_t)n)) &&
             (a->lengths = mrl__alloc(e, sizeof(int32_t) * (size_t)n)) &&
+            (a->seqs = mrl__alloc(e, sizeof *a->seqs * (size_t)n)) &&
             (a->x = mrl__alloc(e, sizeof(float) * (size_t)((L + 1) * n * c->dim))) &&
             (a->rstd_attn = mrl__alloc(e, sizeof(float) * (size_t)(L * n))) &&
             (a->qkv = mrl__alloc(e, sizeof(float) * (size_t)(L * n * qkv))) &&
@@ -158,47 +102,6 @@ static mrl_status ensure_activations(mrl_model *m, const char *fn, int64_t n, in
 }
 
 /* ---- forward ---- */
-
-/* Attention of one layer for sequence b, all heads: fills probs (heads x T x T) and out rows. */
-static void attention_forward(mrl_model *m, float *out, float *probs, const float *qkv, int b,
-                              int T, int len) {
-  const mrl_model_config *c = &m->cfg;
-  int hd = m->head_dim, H = c->heads, group = c->heads / c->kv_heads;
-  int64_t stride = m->q_dim + 2 * (int64_t)m->kv_dim;
-  const float *rows = qkv + (int64_t)b * T * stride;
-  float scale = 1.0f / sqrtf((float)hd);
-  for (int h = 0; h < H; h++) {
-    int g = h / group;
-    const float *q = rows + (int64_t)h * hd;
-    const float *k = rows + m->q_dim + (int64_t)g * hd;
-    const float *v = rows + m->q_dim + m->kv_dim + (int64_t)g * hd;
-    float *p = probs + (int64_t)h * T * T;
-    /* scores of the len real positions: p[t][s] = q_t . k_s * scale, computed a block of
-     * query rows at a time against the keys up to the block's end (causal: the rest is 0) */
-    for (int r0 = 0; r0 < len; r0 += MRL_ATTN_BLOCK) {
-      int r1 = r0 + MRL_ATTN_BLOCK < len ? r0 + MRL_ATTN_BLOCK : len;
-      mrl__gemm(false, true, r1 - r0, r1, hd, scale, q + (int64_t)r0 * stride, stride, k, stride,
-                0.0f, p + (int64_t)r0 * T, T);
-    }
-    for (int t = 0; t < len; t++) mrl__softmax_causal(p + (int64_t)t * T, t, T);
-    for (int t = len; t < T; t++) memset(p + (int64_t)t * T, 0, sizeof(float) * (size_t)T);
-    /* out_t = sum_s p[t][s] v_s over the real positions; padded rows stay zero */
-    float *o = out + (int64_t)b * T * m->q_dim + (int64_t)h * hd;
-    for (int r0 = 0; r0 < len; r0 += MRL_ATTN_BLOCK) {
-      int r1 = r0 + MRL_ATTN_BLOCK < len ? r0 + MRL_ATTN_BLOCK : len;
-      mrl__gemm(false, false, r1 - r0, hd, r1, 1.0f, p + (int64_t)r0 * T, T, v, stride, 0.0f,
-                o + (int64_t)r0 * m->q_dim, m->q_dim);
-    }
-    for (int t = len; t < T; t++) memset(o + (int64_t)t * m->q_dim, 0, sizeof(float) * (size_t)hd);
-  }
-}
-
-/* Per-head RMSNorm of q or k in place (qk_norm), keeping the input and the scales. */
-static void head_norm_forward(float *v, float *pre, float *rstd, const float *w, int heads, int hd,
-                              float eps) {
-  memcpy(pre, v, sizeof(float) * (size_t)heads * (size_t)hd);
-  rmsnorm_forward(v, rstd, pre, w, heads, hd, eps);
-}
 
 static mrl_status check_batch(mrl_model *m, const char *fn, const int32_t *tokens,
                               const int32_t *lengths, int batch, int steps) {
@@ -231,20 +134,29 @@ mrl_status mrl_model_forward(mrl_model *m, const int32_t *tokens, const int32_t 
   if (!m) return MRL_ERR_NULL;
   mrl_status st = check_batch(m, fn, tokens, lengths, batch, steps);
   if (st) return st;
+  mrl_engine *e = m->engine;
   const mrl_model_config *c = &m->cfg;
   int64_t n = (int64_t)batch * steps, D = c->dim, F = c->ffn, T = steps;
   int64_t probs = (int64_t)batch * c->heads * T * T;
-  if ((st = ensure_activations(m, fn, n, probs))) return st;
+  /* a forward that fails keeps none (not the previous one either) */
+  if (m->act) m->act->valid = false;
+  int threads = m->reference_attention ? 1 : e->threads;
+  int64_t work = mrl__block_work(m, steps, steps);
+  mrl_scratch_slot slots[3] = {SCRATCH_XN, SCRATCH_HIDDEN, SCRATCH_ATTN_WORK};
+  int64_t sizes[3] = {n * D, n * F, threads * work};
+  mrl_scratch_plan plan;
+  if (!m->reference_attention && (st = mrl__pool_start(e, fn))) return st;
+  if (!mrl__scratch_prepare(m, &plan, 3, slots, sizes))
+    return mrl__fail(e, MRL_ERR_NOMEM, fn, "cannot allocate scratch for %lld positions",
+                     (long long)n);
+  st = ensure_activations(m, fn, n, probs);
+  mrl__scratch_finish(m, &plan, st == MRL_OK);
+  if (st) return st;
   mrl_activations *a = m->act;
   a->batch = batch;
   a->steps = steps;
-  a->valid = false;
   memcpy(a->tokens, tokens, sizeof(int32_t) * (size_t)n);
   memcpy(a->lengths, lengths, sizeof(int32_t) * (size_t)batch);
-
-  float *xn = mrl__model_scratch(m, SCRATCH_XN, n * D);
-  float *hidden = mrl__model_scratch(m, SCRATCH_HIDDEN, n * F);
-  if (!xn || !hidden) return mrl__fail(m->engine, MRL_ERR_NOMEM, fn, "cannot allocate scratch");
 
   const float *W = m->weights;
   /* embedding; padded positions embed token 0 (they never reach a real position) */
@@ -255,54 +167,28 @@ mrl_status mrl_model_forward(mrl_model *m, const int32_t *tokens, const int32_t 
     }
 
   int64_t qkv_w = m->q_dim + 2 * (int64_t)m->kv_dim, qk_w = m->q_dim + (int64_t)m->kv_dim;
-  int half = m->head_dim / 2;
+  mrl_block_io io = {.rows = n, .nseq = batch, .seq = a->seqs,
+                     .xn = m->scratch[SCRATCH_XN].p, .hidden = m->scratch[SCRATCH_HIDDEN].p,
+                     .probs_width = steps, .work = m->scratch[SCRATCH_ATTN_WORK].p,
+                     .work_per_thread = work};
   for (int l = 0; l < c->layers; l++) {
-    const mrl_layer_params *P = &m->layer[l];
-    float *x = a->x + l * n * D, *x_next = a->x + (l + 1) * n * D;
-    float *qkv = a->qkv + l * n * qkv_w;
-    float *attn = a->attn + l * n * m->q_dim;
-    float *x_mid = a->x_mid + l * n * D;
-    float *gate_up = a->gate_up + l * n * 2 * F;
-
-    rmsnorm_forward(xn, a->rstd_attn + l * n, x, W + P->attn_norm, n, D, c->norm_eps);
-    /* q | k | v side by side in each row of qkv, from the adjacent wq | wk | wv */
-    mrl__gemm(false, true, n, qkv_w, D, 1.0f, xn, D, W + P->wq, D, 0.0f, qkv, qkv_w);
-    for (int64_t i = 0; i < n; i++) {
-      float *row = qkv + i * qkv_w;
-      if (c->qkv_bias) {
-        for (int j = 0; j < m->q_dim; j++) row[j] += W[P->bq + j];
-        for (int j = 0; j < m->kv_dim; j++) row[m->q_dim + j] += W[P->bk + j];
-        for (int j = 0; j < m->kv_dim; j++) row[m->q_dim + m->kv_dim + j] += W[P->bv + j];
-      }
-      if (c->qk_norm) {
-        float *pre = a->qk_pre + (l * n + i) * qk_w;
-        float *rs = a->rstd_qk + (l * n + i) * (c->heads + c->kv_heads);
-        head_norm_forward(row, pre, rs, W + P->q_norm, c->heads, m->head_dim, c->norm_eps);
-        head_norm_forward(row + m->q_dim, pre + m->q_dim, rs + c->heads, W + P->k_norm,
-                          c->kv_heads, m->head_dim, c->norm_eps);
-      }
-      int64_t pos = i % T;
-      const float *cs = m->rope_cos + pos * half, *sn = m->rope_sin + pos * half;
-      mrl__rope(row, c->heads, m->head_dim, cs, sn, 1.0f);
-      mrl__rope(row + m->q_dim, c->kv_heads, m->head_dim, cs, sn, 1.0f);
-    }
-    int threads = mrl__blas_single();
     for (int b = 0; b < batch; b++)
-      attention_forward(m, attn, a->probs + l * probs + (int64_t)b * c->heads * T * T, qkv, b,
-                        (int)T, lengths[b]);
-    mrl__blas_restore(threads);
-    /* x_mid = x + attn Wo^T */
-    memcpy(x_mid, x, sizeof(float) * (size_t)(n * D));
-    mrl__gemm(false, true, n, D, m->q_dim, 1.0f, attn, m->q_dim, W + P->wo, m->q_dim, 1.0f, x_mid,
-              D);
-    rmsnorm_forward(xn, a->rstd_mlp + l * n, x_mid, W + P->mlp_norm, n, D, c->norm_eps);
-    mrl__gemm(false, true, n, 2 * F, D, 1.0f, xn, D, W + P->w_gate, D, 0.0f, gate_up, 2 * F);
-    mrl__swiglu(hidden, gate_up, n, F);
-    memcpy(x_next, x_mid, sizeof(float) * (size_t)(n * D));
-    mrl__gemm(false, true, n, D, F, 1.0f, hidden, F, W + P->w_down, F, 1.0f, x_next, D);
+      a->seqs[b] = (mrl_block_seq){.row = b * T, .rows = steps, .len = lengths[b], .pos = 0,
+                                   .probs = a->probs + l * probs + (int64_t)b * c->heads * T * T};
+    io.x = a->x + l * n * D;
+    io.x_mid = a->x_mid + l * n * D;
+    io.x_out = a->x + (l + 1) * n * D;
+    io.qkv = a->qkv + l * n * qkv_w;
+    io.attn = a->attn + l * n * m->q_dim;
+    io.gate_up = a->gate_up + l * n * 2 * F;
+    io.rstd_attn = a->rstd_attn + l * n;
+    io.rstd_mlp = a->rstd_mlp + l * n;
+    io.qk_pre = c->qk_norm ? a->qk_pre + l * n * qk_w : NULL;
+    io.rstd_qk = c->qk_norm ? a->rstd_qk + l * n * (c->heads + c->kv_heads) : NULL;
+    mrl__block_forward(m, l, &io);
   }
-  rmsnorm_forward(a->xf, a->rstd_final, a->x + (int64_t)c->layers * n * D, W + m->final_norm, n, D,
-                  c->norm_eps);
+  mrl__rmsnorm(a->xf, a->rstd_final, a->x + (int64_t)c->layers * n * D, W + m->final_norm, n, D,
+               c->norm_eps);
   a->valid = true;
   return MRL_OK;
 }

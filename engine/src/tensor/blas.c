@@ -139,17 +139,6 @@ mrl_status mrl_blas_set_threads(int threads) {
   return MRL_OK;
 }
 
-int mrl__blas_single(void) {
-  if (!mrl__blas_sgemm() || !blas.get_num_threads || !blas.set_num_threads) return 1;
-  int threads = blas.get_num_threads();
-  if (threads > 1) blas.set_num_threads(1);
-  return threads;
-}
-
-void mrl__blas_restore(int threads) {
-  if (threads > 1 && blas.set_num_threads) blas.set_num_threads(threads);
-}
-
 void mrl__sgemm_naive(bool transa, bool transb, int m, int n, int k, float alpha, const float *a,
                       int lda, const float *b, int ldb, float beta, float *c, int ldc) {
   for (int i = 0; i < m; i++) {

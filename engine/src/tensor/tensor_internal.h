@@ -72,12 +72,6 @@ typedef void (*mrl_sgemm_fn)(int order, int transa, int transb, int m, int n, in
                              int ldc);
 /* Loads OpenBLAS once (thread-safe); returns its sgemm or NULL when unavailable. */
 mrl_sgemm_fn mrl__blas_sgemm(void);
-/* OpenBLAS single-threaded until mrl__blas_restore(the returned count): for phases of many small
- * products (per-head attention), where waking OpenBLAS's workers for each call costs more than
- * they gain (measured: +13% training tokens/s on the small benchmark model). The thread count is
- * OpenBLAS's process-wide setting. */
-int mrl__blas_single(void);
-void mrl__blas_restore(int threads);
 /* Row-major C = alpha * op(A) op(B) + beta * C with the portable reference kernel. */
 void mrl__sgemm_naive(bool transa, bool transb, int m, int n, int k, float alpha, const float *a,
                       int lda, const float *b, int ldb, float beta, float *c, int ldc);

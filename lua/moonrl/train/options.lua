@@ -4,129 +4,19 @@
 -- M.check(opts) -> cfg, or nil and a message naming the option ("steps: a positive integer
 -- expected, got 0", "unknown option 'lr_rate' (did you mean 'lr'?)"); rl.train raises it at
 -- the recipe's line. Nothing is written or run before every check has passed.
+local argcheck = require "moonrl.argcheck"
 local envlib = require "moonrl.env"
 local advantage = require "moonrl.train.advantage"
 
 local M = {}
 
--- ---------------------------------------------------------------- what a value is
+-- ---------------------------------------------------------------- checks (moonrl.argcheck)
 
--- A short description of v for messages: 0, 1.5, "magic", true, a table, an rl.model.
-local function describe(v)
-  local t = type(v)
-  if t == "number" or t == "boolean" or t == "nil" then return tostring(v) end
-  if t == "string" then return string.format("%q", #v > 40 and v:sub(1, 40) .. "..." or v) end
-  local mt = getmetatable(v)
-  if type(mt) == "table" and type(mt.__name) == "string" then return "a " .. mt.__name end
-  return "a " .. t
-end
-M.describe = describe
-
-local function finite(v) return type(v) == "number" and v == v and v ~= math.huge and v ~= -math.huge end
-
--- Checks: each is function(v) -> nil when v is acceptable, else what was expected.
-local function integer(lo, hi)
-  local what = lo == 1 and not hi and "a positive integer"
-    or lo == 0 and not hi and "a non-negative integer"
-    or lo and hi and string.format("an integer in [%d, %d]", lo, hi)
-    or lo and string.format("an integer >= %d", lo) or "an integer"
-  return function(v)
-    if math.type(v) == "integer" and (not lo or v >= lo) and (not hi or v <= hi) then return nil end
-    return what
-  end
-end
-
-local function number(lo, hi, open_hi)
-  local what = not lo and "a finite number"
-    or hi and string.format("a number in [%g, %g%s", lo, hi, open_hi and ")" or "]")
-    or lo == 0 and "a non-negative number" or string.format("a number >= %g", lo)
-  return function(v)
-    if finite(v) and (not lo or v >= lo) and (not hi or (open_hi and v < hi or not open_hi and v <= hi)) then
-      return nil
-    end
-    return what
-  end
-end
-
--- One of list's strings; a string that is not gets the nearest one named (M.nearest, below).
-local function enum(list)
-  local quoted = {}
-  for i, s in ipairs(list) do quoted[i] = string.format("%q", s) end
-  local what = "one of " .. table.concat(quoted, ", ")
-  return function(v)
-    for _, s in ipairs(list) do if v == s then return nil end end
-    local near = type(v) == "string" and M.nearest(v, list)
-    return near and string.format("%s (did you mean %q?)", what, near) or what
-  end
-end
-
-local function kind(t, what)
-  return function(v) if type(v) == t then return nil end return what end
-end
-local boolean, func, str = kind("boolean", "true or false"), kind("function", "a function"),
-  kind("string", "a string")
-
--- A non-empty list whose entries each pass check (an entry check as above).
-local function list_of(check, what)
-  return function(v)
-    if type(v) ~= "table" or #v == 0 then return what end
-    for k in pairs(v) do
-      if math.type(k) ~= "integer" or k < 1 or k > #v then return what end
-    end
-    for _, x in ipairs(v) do if check(x) then return what end end
-    return nil
-  end
-end
-
-local function instance_of(name, what)
-  return function(v)
-    local mt = getmetatable(v)
-    if type(v) == "userdata" and type(mt) == "table" and mt.__name == name then return nil end
-    return what
-  end
-end
-
--- ---------------------------------------------------------------- misspelt keys
-
--- Levenshtein distance between two strings (bytes).
-local function distance(a, b)
-  local prev = {}
-  for j = 0, #b do prev[j] = j end
-  for i = 1, #a do
-    local cur = { [0] = i }
-    for j = 1, #b do
-      local cost = a:byte(i) == b:byte(j) and 0 or 1
-      cur[j] = math.min(prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + cost)
-    end
-    prev = cur
-  end
-  return prev[#b]
-end
-M.distance = distance
-
--- How far word is from key: the edit distance, but 1 when one is the other plus "_..." (lr_rate
--- and lr, group and group_size).
-local function closeness(word, key)
-  local d = distance(word, key)
-  local short, long = word, key
-  if #short > #long then short, long = long, short end
-  if #short >= 2 and long:sub(1, #short + 1) == short .. "_" then d = math.min(d, 1) end
-  return d
-end
-
--- The known key nearest to word (ties: the longer common prefix, then the first in `known`), or
--- nil when even the nearest needs more than a third of word rewritten (and more than 2 edits).
-function M.nearest(word, known)
-  local best, best_d, best_p
-  for _, k in ipairs(known) do
-    local d = closeness(word, k)
-    local p = 0
-    while p < #word and p < #k and word:byte(p + 1) == k:byte(p + 1) do p = p + 1 end
-    if not best or d < best_d or (d == best_d and p > best_p) then best, best_d, best_p = k, d, p end
-  end
-  if best and best_d <= math.max(2, #word // 3) then return best end
-  return nil
-end
+local describe, finite = argcheck.describe, argcheck.finite
+M.describe, M.distance, M.nearest = describe, argcheck.distance, argcheck.nearest
+local integer, number, enum, kind = argcheck.integer, argcheck.number, argcheck.one_of, argcheck.kind
+local boolean, func, str = argcheck.boolean, argcheck.func, argcheck.string
+local list_of, instance_of = argcheck.list_of, argcheck.instance_of
 
 -- Unknown keys of t (a list of messages, sorted), given the known names in order; prefix names
 -- the table ("" or "sft.").
@@ -463,8 +353,8 @@ opt("warmup", 0, integer(0))
 opt("min_lr", 0, number(0))
 opt("weight_decay", 0, number(0))
 opt("clip_grad", 1.0, number(0))
-opt("beta1", 0.9, number(0, 1, true))
-opt("beta2", 0.95, number(0, 1, true))
+opt("beta1", 0.9, number(0, 1, "hi"))
+opt("beta2", 0.95, number(0, 1, "hi"))
 -- the critic
 opt("value_coef", 0.5, number(0))
 opt("value_clip", 0.5, number(0))
