@@ -16,14 +16,8 @@ PassRate.__index = PassRate
 M.PassRate = PassRate
 
 local function band_check(v)
-  local what = "a band {low, high} with 0 <= low <= high <= 1"
-  if type(v) ~= "table" or #v ~= 2 then return what end
-  for k in pairs(v) do if k ~= 1 and k ~= 2 then return what end end
-  local lo, hi = v[1], v[2]
-  if type(lo) ~= "number" or type(hi) ~= "number" or lo ~= lo or hi ~= hi or lo < 0 or hi > 1 or lo > hi then
-    return what
-  end
-  return nil
+  if argcheck.range(v) == nil and v[1] >= 0 and v[2] <= 1 then return nil end
+  return "a band {low, high} with 0 <= low <= high <= 1"
 end
 
 -- rl.synth.pass_rate{k = 8, band = {.125, .875}, temperature =}.

@@ -76,36 +76,27 @@ local function is_curriculum(v)
 end
 
 local function verify_list(v)
-  local what = "a list of verifiers (rl.synth.exec{}, oracle(fn), vote{}, judge{} or functions)"
-  if type(v) ~= "table" then return what end
-  for k in pairs(v) do
-    if math.type(k) ~= "integer" or k < 1 or k > #v then return what end
+  if v ~= nil and argcheck.is_list(v) then
+    local all = true
+    for _, x in ipairs(v) do all = all and verifylib.is_verifier(x) end
+    if all then return nil end
   end
-  for _, x in ipairs(v) do if not verifylib.is_verifier(x) then return what end end
-  return nil
+  return "a list of verifiers (rl.synth.exec{}, oracle(fn), vote{}, judge{} or functions)"
 end
 
-local function penalty_check(v)
-  local what = "a table {invalid = number, duplicate = number}"
-  if type(v) ~= "table" then return what end
-  for k, x in pairs(v) do
-    if (k ~= "invalid" and k ~= "duplicate") or type(x) ~= "number" or x ~= x then
-      local near = type(k) == "string" and require("moonrl.train.options").nearest(k, { "invalid", "duplicate" })
-      if near and near ~= k then return string.format("%s (unknown field '%s': did you mean '%s'?)", what, k, near) end
-      return what
-    end
-  end
-  return nil
-end
+local penalty_check = argcheck.sub("rl.synth.loop: penalties", {
+  { "invalid", -1, argcheck.number() },
+  { "duplicate", -0.5, argcheck.number() },
+})
 
+local retire_fields = argcheck.sub("rl.synth.loop: retire", {
+  { "above", nil, argcheck.number(0, 1, true) },
+  { "window", nil, argcheck.integer(1) },
+})
 local function retire_check(v)
-  local what = "a table {above = number in (0, 1], window = positive integer}"
   if v == false then return nil end
-  if type(v) ~= "table" then return what .. " or false" end
-  for k in pairs(v) do if k ~= "above" and k ~= "window" then return what end end
-  if v.above ~= nil and (type(v.above) ~= "number" or v.above <= 0 or v.above > 1) then return what end
-  if v.window ~= nil and (math.type(v.window) ~= "integer" or v.window < 1) then return what end
-  return nil
+  if type(v) ~= "table" then return "false or a table {above =, window =}" end
+  return retire_fields(v)
 end
 
 -- rl.synth.loop{...}: see the top of this file.

@@ -100,13 +100,7 @@ M.banding = banding
 
 -- ---------------------------------------------------------------- the index
 
-local function list_of_indexes(v)
-  if type(v) ~= "table" or #v == 0 then return "a non-empty list of \"pool\" and \"archive\"" end
-  for _, x in ipairs(v) do
-    if x ~= "pool" and x ~= "archive" then return "a non-empty list of \"pool\" and \"archive\"" end
-  end
-  return nil
-end
+local list_of_indexes = argcheck.list_of(argcheck.one_of(INDEXES), "a non-empty list of \"pool\" and \"archive\"")
 
 -- rl.synth.novelty{...}: see the top of this file.
 function M.novelty(opts)

@@ -64,11 +64,7 @@ local function policy_check(v)
   return "\"self\", an rl.model or a client with :chat(messages, opts)"
 end
 
-local function list_of_tables(v)
-  if type(v) ~= "table" or #v == 0 then return "a non-empty list of tasks" end
-  for _, t in ipairs(v) do if type(t) ~= "table" then return "a non-empty list of tasks" end end
-  return nil
-end
+local list_of_tables = argcheck.list_of(argcheck.table, "a non-empty list of tasks")
 
 local DEFAULT_PROMPT = "Write a new task in this form, different from the example:\n{exemplar}"
 

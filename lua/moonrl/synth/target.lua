@@ -42,17 +42,15 @@ local function feature(name, ep)
   return "state=" .. tostring(last and last.state or nil)
 end
 
+local feature_check = argcheck.one_of(FEATURES, argcheck.func, "a function(ep) -> string")
 local function by_check(v)
-  local what = "a non-empty list of \"end\", \"tool_error\", \"fatal\", \"cell\", \"state\" or functions(ep) -> string"
-  if type(v) ~= "table" or #v == 0 then return what end
-  for _, x in ipairs(v) do
-    if type(x) ~= "function" then
-      local known = false
-      for _, f in ipairs(FEATURES) do known = known or x == f end
-      if not known then
-        local near = type(x) == "string" and require("moonrl.train.options").nearest(x, FEATURES)
-        return near and string.format("%s (did you mean %q?)", what, near) or what
-      end
+  if not argcheck.is_list(v) or #v == 0 then
+    return "a non-empty list of \"end\", \"tool_error\", \"fatal\", \"cell\", \"state\" or functions(ep) -> string"
+  end
+  for i, x in ipairs(v) do
+    local want = feature_check(x)
+    if want then
+      return { string.format("rl.synth.target: by[%d]: %s expected, got %s", i, want, argcheck.describe(x)) }
     end
   end
   return nil
