@@ -1301,5 +1301,85 @@ end
     assert.is_true(synth_keys > 20)
     H.sh("rm -rf " .. H.shell_quote(dir))
   end)
-end)
 
+  -- The synthesis run (whose loop admits into a learnability curriculum) with a reward graph as
+  -- well: the environment's return, a judge over a deterministic mock client whose cache lives in
+  -- the run folder, a term that skips some episodes, a token budget.
+  local ALL_RUN = [==[
+local rl = require "moonrl"
+local R = rl.reward
+local synth_run = ...
+local judge = {}
+function judge:chat(messages)
+  local text, n = messages[#messages].content, 0
+  for _ in text:gmatch("[a-m]") do n = n + 1 end
+  return n % 2 == 0 and "yes" or "no", { prompt_tokens = #text, completion_tokens = 1 }
+end
+return function(dir, name, extra)
+  local o = { steps = 6, reward = R.graph { seed = 7, terms = {
+    R.env(),
+    R.judge { name = "judge", client = judge, model = "mock", prompt = "{task}: {answer}", weight = 0.25 },
+    R.fn("skipper", function(ep) if ep.seed % 3 == 0 then return R.SKIP end return 0.05 * ep.length end),
+    R.budget { tokens = 0.01 },
+  } } }
+  for k, v in pairs(extra or {}) do o[k] = v end
+  return synth_run(dir, name, o)
+end
+]==]
+
+  it("continues bit-exactly in another process with a reward graph, a curriculum and a synthesis loop all active", function()
+    local dir = tmpdir()
+    local synth_config, config = dir .. "/synth_run.lua", dir .. "/run.lua"
+    for path, text in pairs { [synth_config] = SYNTH_RUN, [config] = ALL_RUN } do
+      local f = assert(io.open(path, "w"))
+      f:write(text)
+      f:close()
+    end
+    local runner = assert(loadfile(config))(assert(loadfile(synth_config))(H.root))
+    local r_full, m_full = runner(dir, "full")
+    runner(dir, "cut", { stop_after = 3 })
+    local out, _, ok = H.run_lua([[
+      local runner = loadfile(arg[1])(loadfile(arg[2])(arg[3]))
+      runner(arg[4], "cut", { resume = true })
+    ]], config, synth_config, H.root, dir)
+    assert.is_true(ok, out)
+    local full = rl.json.decode(assert(io.open(dir .. "/full/state.json")):read("a"))
+    local cut = rl.json.decode(assert(io.open(dir .. "/cut/state.json")):read("a"))
+    assert.are.equal(6, cut.step)
+    for _, part in ipairs { "synth", "tasks", "reward" } do
+      assert.is_not_nil(full[part], part)
+      assert.are.equal(rl.json.encode(full[part]), rl.json.encode(cut[part]), part)
+    end
+    local m_res = rl.model.new { vocab = 264, dim = 32, layers = 1, heads = 2, ffn = 64, ctx = 48, seed = 5 }
+    assert.are.equal(6, m_res:load_checkpoint(dir .. "/cut/" .. cut.checkpoint))
+    local a, b = m_full:parameters(), m_res:parameters()
+    for name, w in pairs(a) do assert.are.equal(0, w:max_abs_diff(b[name]), name) end
+    -- metrics.jsonl line for line, but for timings and the judge's calls and cache hits (the
+    -- resumed process reads the cache the first one wrote)
+    local lf, lr = read_lines(dir .. "/full/metrics.jsonl"), read_lines(dir .. "/cut/metrics.jsonl")
+    assert.are.equal(7, #lf)
+    assert.are.equal(#lf, #lr)
+    local seen = { synth = 0, reward = 0, curriculum = 0 }
+    for i, rec in ipairs(lf) do
+      for k, v in pairs(rec) do
+        if not k:match("^time/") and k ~= "tokens_per_s" and not k:match("^reward/judge/calls$")
+            and not k:match("^reward/judge/hits$") and not k:match("^reward/judge/tokens$") then
+          assert.are.equal(v, lr[i][k], "step " .. rec.step .. " " .. k)
+          local head = k:match("^(%a+)/")
+          if seen[head] then seen[head] = seen[head] + 1 end
+        end
+      end
+    end
+    for part, n in pairs(seen) do assert.is_true(n > 10, part .. " metrics: " .. n) end
+    -- all three were at work: tasks admitted, the judge asked, some episodes skipped
+    local admitted, skipped = 0, 0
+    for _, mt in ipairs(r_full.history) do
+      admitted = admitted + (mt["synth/admitted"] or 0)
+      skipped = skipped + (mt["reward/unscorable"] or 0)
+    end
+    assert.is_true(admitted > 0, "no task was admitted")
+    assert.is_true(skipped > 0, "no episode was skipped")
+    assert.is_true(lf[2]["reward/judge/calls"] > 0)
+    H.sh("rm -rf " .. H.shell_quote(dir))
+  end)
+end)
