@@ -1,9 +1,13 @@
 -- moonrl.synth.contract: what a proposal must hold before anything runs it (rl.synth.contract).
 --
 --   local c = rl.synth.contract { "instruction", "answer", "check", "solution", "failures",
---     parse = function(text) return fields or nil, why end,   -- optional: the proposer's text
---     render = function(task) return text end }              -- optional: its inverse (demos)
---   local task, why, detail = c:validate(proposal)   -- a table or the proposer's text
+--     parse = function(text, exemplar, rng) return fields or nil, why end,  -- optional: the
+--                                               -- proposer's text (exemplar: the task its
+--                                               -- prompt showed, for templates relative to it;
+--                                               -- rng: an rl.rng the loop seeds per proposal,
+--                                               -- for templates a generator fills in)
+--     render = function(task) return text end }   -- optional: its inverse (prompts, demos)
+--   local task, why, detail = c:validate(proposal [, exemplar [, rng]])   -- a table or text
 --
 -- A proposal is the proposer's text or a table. Text is read by `parse` (default: a JSON object
 -- somewhere in the text, else "field: value" sections, a field's value running to the next
@@ -180,7 +184,7 @@ function M.contract(t)
     if math.type(k) ~= "integer" then named[k] = v end
   end
   local o = argcheck.fields("rl.synth.contract", named, {
-    { "parse", nil, argcheck.kind("function", "a function(text) -> fields or nil, why") },
+    { "parse", nil, argcheck.kind("function", "a function(text, exemplar, rng) -> fields or nil, why") },
     { "render", nil, argcheck.kind("function", "a function(task) -> text") },
   }, 2)
   for k in pairs(t) do
@@ -196,10 +200,10 @@ function M.is_contract(v) return getmetatable(v) == Contract end
 -- The five fields of the design.
 M.known = KNOWN
 
--- c:parse(text) -> a table of fields, or nil, why.
-function Contract:parse(text)
+-- c:parse(text [, exemplar [, rng]]) -> a table of fields, or nil, why.
+function Contract:parse(text, exemplar, rng)
   if self.parse_fn then
-    local ok, t, why = pcall(self.parse_fn, text)
+    local ok, t, why = pcall(self.parse_fn, text, exemplar, rng)
     if not ok then return nil, "parse raised: " .. tostring(t) end
     if type(t) ~= "table" then return nil, why and tostring(why) or "parse returned no fields" end
     return t
@@ -207,11 +211,11 @@ function Contract:parse(text)
   return default_parse(self, text)
 end
 
--- c:validate(proposal) -> task (a new table: the proposal's fields normalised), or nil, reason,
--- message. reason is "unparsable", "missing_field" or "bad_field".
-function Contract:validate(p)
+-- c:validate(proposal [, exemplar [, rng]]) -> task (a new table: the proposal's fields
+-- normalised), or nil, reason, message. reason is "unparsable", "missing_field" or "bad_field".
+function Contract:validate(p, exemplar, rng)
   if type(p) == "string" then
-    local t, why = self:parse(p)
+    local t, why = self:parse(p, exemplar, rng)
     if not t then return nil, "unparsable", "the proposal could not be read: " .. tostring(why) end
     p = t
   elseif type(p) ~= "table" then

@@ -336,7 +336,7 @@ function Loop:step(ctx, train_step)
     if it.error then
       reason, msg = it.error == "mutation_failed" and "mutation_failed" or "proposer_error", it.error
     elseif self.contract then
-      task, reason, msg = self.contract:validate(it.task or it.text)
+      task, reason, msg = self.contract:validate(it.task or it.text, it.exemplar, core.rng(mix(seed, 5, i)))
     elseif type(it.task) == "table" then
       task = {}
       for k, v in pairs(it.task) do task[k] = v end
