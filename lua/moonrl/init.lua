@@ -27,6 +27,7 @@ local rl = {
                             -- its stages: rl.train.advantage.register(name, fn), rl.train.rollout, ...
   replay = require("moonrl.replay"), -- replay buffers: rl.replay.new{capacity =, priority =, ...}
   skills = require("moonrl.skills"), -- Markdown skill repos: repo{dir =}, tools(repo), paired{...}
+  synth = require("moonrl.synth"), -- task synthesis: loop{propose =, verify =, calibrate =, novelty =, pool =}
   plot = require("moonrl.plot"), -- learning curves as SVG
   sft = require("moonrl.sft").sft, -- supervised fine-tuning with loss masks
   sft_example = require("moonrl.sft").example, -- {tokens=, mask=} from a chat conversation

@@ -193,3 +193,56 @@ describe("envs/navigate.lua", function()
     assert.is_true(rec[#rec].info.invalid)
   end)
 end)
+
+describe("envs/word_problems.lua", function()
+  local wp = dofile(H.root .. "/envs/word_problems.lua")
+  local S = rl.synth
+
+  it("keeps held-out tasks out of the warm-start splits and every proposal; the oracle solves all, the weak one fails negatives", function()
+    local held = {}
+    for _, t in ipairs(wp.tasks("test", 400, 2)) do
+      assert.is_true(wp.is_held_out(t))
+      held[wp.render(t)] = true
+    end
+    for _, split in ipairs { "train", "small", "warm" } do
+      for _, t in ipairs(wp.tasks(split, 400, 3)) do assert.is_nil(held[wp.render(t)], split .. " " .. wp.render(t)) end
+    end
+    for _, t in ipairs(wp.tasks("small", 200, 4)) do assert.is_true(math.abs(t.a) <= 9 and t.b <= 9) end
+    local weak = wp.with { weakness = "negative" }
+    local neg_fail, neg = 0, 0
+    for _, t in ipairs(wp.tasks("test", 200, 5)) do
+      local ep = wp.new()
+      ep:reset(t)
+      local _, r = ep:step(wp.oracle(t)[1])
+      assert.are.equal(1, r, wp.render(t))
+      if t.a < 0 then
+        neg = neg + 1
+        local _, rw = ep:step(weak.oracle(t)[1])
+        if rw == 0 then neg_fail = neg_fail + 1 end
+      end
+    end
+    assert.is_true(neg > 10)
+    assert.are.equal(neg, neg_fail)
+  end)
+
+  it("reads a proposal \"<topic> <size>\" into a task that exec and the oracle verify, or refuses it", function()
+    local exec, oracle = S.exec {}, S.oracle(wp.solve)
+    local n = 0
+    for i, seed in ipairs(wp.seeds) do
+      for size = 1, 9 do
+        local task, why = wp.contract:validate(wp.topics[i].name .. " " .. size, seed, rl.rng(100 * i + size))
+        assert.is_table(task, why)
+        assert.is_true(exec:verify(task), wp.render(task))
+        assert.is_true(oracle:verify(task), wp.render(task))
+        assert.is_false(wp.is_held_out(task))
+        n = n + 1
+      end
+    end
+    assert.are.equal(54, n)
+    for _, text in ipairs { "nope 3", "gain x", "gain 0", "" } do
+      local task, reason = wp.contract:validate(text, wp.seeds[1], rl.rng(1))
+      assert.is_nil(task, text)
+      assert.are.equal("unparsable", reason)
+    end
+  end)
+end)

@@ -1171,5 +1171,227 @@ end
     assert.is_nil(slurp(dir .. "/again/state.json"))    -- nor the default checkpoint
     H.sh("rm -rf " .. H.shell_quote(dir))
   end)
-end)
 
+  -- ---------------------------------------------------------------- task synthesis
+
+  -- The synthesis test's run: "say <letter>" tasks; the policy proposes a task by writing text
+  -- whose first lowercase letter is the letter to say (the contract's parse), exec checks the
+  -- task's Lua check, calibration rolls it out 4 times, admitted tasks join the curriculum's pool.
+  local SYNTH_RUN = [==[
+local rl = require "moonrl"
+local S = rl.synth
+local function task(l)
+  return { instruction = "say " .. l, answer = l, check = string.format("local a = ... return a:sub(1, 1) == %q", l),
+    solution = string.format("return %q", l), failures = { l == "z" and "y" or "z", "" } }
+end
+local env = { name = "say", max_turns = 1,
+  tasks = function(split, n, seed)
+    local rng, out = rl.rng(seed or 0), {}
+    for i = 1, n do out[i] = task(string.char(97 + (split == "test" and 13 or 0) + rng:random(0, 12))) end
+    return out
+  end,
+  oracle = function(t) return { t.answer } end,
+  new = function()
+    return { reset = function(self, t) self.t = t return t.instruction end,
+      step = function(self, action)
+        local ok = S.check_answer(self.t, action:match("%S*")) == true
+        return nil, ok and 1 or 0, true, { success = ok }
+      end,
+      state_key = function(self) return self.t.answer < "g" and "early" or "late" end }
+  end }
+local contract = S.contract { "instruction", "answer", "check", "solution", "failures", parse = function(text)
+  local l = text:match("%l")
+  if not l then return nil, "no letter" end
+  return task(l)
+end, render = function(t) return t.answer end }
+return function(dir, name, extra)
+  local seeds = { task("a"), task("e"), task("i") }
+  local cur = rl.curriculum.new { source = rl.curriculum.pool { tasks = seeds }, sampler = rl.curriculum.learnability {}, seed = 3 }
+  local loop = S.loop { propose = S.proposer { policy = "self", contract = contract, seeds = seeds, group = 3,
+      max_tokens = 3, prompt = "propose like {exemplar}:", warm_start = 80 },
+    verify = { S.exec {} }, calibrate = S.pass_rate { k = 4, band = { 0.2, 0.8 } },
+    novelty = S.novelty { key = function(t) return t.answer end, numbers = "keep", ngram = 1 },
+    target = S.target { from = cur, by = { "state" } }, pool = cur, per_step = 6, every = 1, seed = 9,
+    retire = { above = 0.75, window = 4 } }
+  local o = { model = rl.model.new { vocab = 264, dim = 32, layers = 1, heads = 2, ffn = 64, ctx = 48, seed = 5 },
+    tokenizer = rl.tokenizer.bytes(), env = env, dir = dir, name = name, seed = 21, steps = 4, tasks_per_step = 3,
+    group_size = 4, max_turn_tokens = 2, lr = 3e-3, minibatch = 6, sft = { examples = 160, epochs = 3, batch_size = 16, lr = 1e-2 },
+    eval = { every = 2, tasks = 4, k = 2 }, progress = false, synth = loop }
+  for k, v in pairs(extra or {}) do o[k] = v end
+  return rl.train(o), o.model, loop, cur
+end
+]==]
+
+  it("runs a synthesis loop in the training loop: proposals by the policy learn, tasks are admitted and drawn", function()
+    local dir = tmpdir()
+    local config = dir .. "/run.lua"
+    local f = assert(io.open(config, "w"))
+    f:write(SYNTH_RUN)
+    f:close()
+    local runner = assert(loadfile(config))(H.root)
+    local before -- the proposer's first proposals change the weights: its update ran
+    local r, m, loop, cur = runner(dir, "full", { on_step = function(step, mt)
+      if step == 1 then before = mt end
+    end })
+    assert.is_number(before["synth/proposed"])
+    assert.are.equal(6, before["synth/proposed"])
+    local total, admitted, learned = 0, 0, 0
+    for _, mt in ipairs(r.history) do
+      if mt.step > 0 then
+        total = total + mt["synth/proposed"]
+        admitted = admitted + mt["synth/admitted"]
+        if mt["synth/learn/updates"] then learned = learned + 1 end
+        assert.are.equal(mt["synth/proposed"], mt["synth/invalid"] + mt["synth/duplicate"] + mt["synth/too_easy"]
+          + mt["synth/too_hard"] + mt["synth/admitted"] + (mt["synth/refused"] or 0))
+        assert.is_number(mt["time/synth"])
+      end
+    end
+    assert.are.equal(24, total)
+    assert.is_true(#loop:archive() == 24)
+    -- the admitted tasks are the curriculum's: the training batches drew them
+    local arc = loop:archive()
+    local keys = {}
+    for _, rec in ipairs(arc) do if rec.key then keys[#keys + 1] = rec.key end end
+    assert.are.equal(admitted, #keys)
+    local state = rl.json.decode(assert(io.open(dir .. "/full/state.json")):read("a"))
+    assert.are.equal(24, #state.synth.records)
+    assert.are.equal("self", state.options.synth.propose.kind)
+    assert.is_true(learned > 0, "the proposer's episodes trained at least once")
+    assert.is_table(m:parameters())
+    -- options: a loop whose pool is another curriculum, a grid curriculum, a loop without a pool
+    local o = { model = m, tokenizer = tok, env = letter_env, dir = dir, name = "bad", steps = 1, eval = false, progress = false }
+    local function with(extra)
+      local t = {}
+      for k, v in pairs(o) do t[k] = v end
+      for k, v in pairs(extra) do t[k] = v end
+      return t
+    end
+    local other = rl.curriculum.new { source = rl.curriculum.pool { tasks = { { i = 1 } } } }
+    assert.matches("synth: the loop admits tasks into another curriculum", H.error_of(rl.train, with { synth = loop, curriculum = other }))
+    local lone = rl.synth.loop { propose = loop.proposer }
+    assert.matches("synth: the loop needs a pool to admit into", H.error_of(rl.train, with { synth = lone }))
+    assert.matches("synth: an rl.synth.loop", H.error_of(rl.train, with { synth = {} }))
+    assert.matches("unknown option 'synht' %(did you mean 'synth'%?%)", H.error_of(rl.train, with { synht = loop }))
+    assert.is_table(cur:stats())
+    H.sh("rm -rf " .. H.shell_quote(dir))
+  end)
+
+  it("continues bit-exactly in another process with a synthesis loop active (its archive, pool and the weights)", function()
+    local dir = tmpdir()
+    local config = dir .. "/run.lua"
+    local f = assert(io.open(config, "w"))
+    f:write(SYNTH_RUN)
+    f:close()
+    local runner = assert(loadfile(config))(H.root)
+    local _, m_full = runner(dir, "full")
+    runner(dir, "cut", { stop_after = 2 })
+    local out, _, ok = H.run_lua([[
+      local runner = loadfile(arg[1])(arg[2])
+      runner(arg[3], "cut", { resume = true })
+    ]], config, H.root, dir)
+    assert.is_true(ok, out)
+    local full = rl.json.decode(assert(io.open(dir .. "/full/state.json")):read("a"))
+    local cut = rl.json.decode(assert(io.open(dir .. "/cut/state.json")):read("a"))
+    assert.are.equal(4, cut.step)
+    assert.are.equal(rl.json.encode(full.synth), rl.json.encode(cut.synth))
+    assert.are.equal(rl.json.encode(full.tasks), rl.json.encode(cut.tasks))
+    local m_res = rl.model.new { vocab = 264, dim = 32, layers = 1, heads = 2, ffn = 64, ctx = 48, seed = 5 }
+    assert.are.equal(4, m_res:load_checkpoint(dir .. "/cut/" .. cut.checkpoint))
+    local a, b = m_full:parameters(), m_res:parameters()
+    for name, w in pairs(a) do assert.are.equal(0, w:max_abs_diff(b[name]), name) end
+    local lf, lr = read_lines(dir .. "/full/metrics.jsonl"), read_lines(dir .. "/cut/metrics.jsonl")
+    assert.are.equal(#lf, #lr)
+    local synth_keys = 0
+    for i, rec in ipairs(lf) do
+      for k, v in pairs(rec) do
+        if not k:match("^time/") and k ~= "tokens_per_s" then
+          assert.are.equal(v, lr[i][k], "step " .. rec.step .. " " .. k)
+          if k:match("^synth/") then synth_keys = synth_keys + 1 end
+        end
+      end
+    end
+    assert.is_true(synth_keys > 20)
+    H.sh("rm -rf " .. H.shell_quote(dir))
+  end)
+
+  -- The synthesis run (whose loop admits into a learnability curriculum) with a reward graph as
+  -- well: the environment's return, a judge over a deterministic mock client whose cache lives in
+  -- the run folder, a term that skips some episodes, a token budget.
+  local ALL_RUN = [==[
+local rl = require "moonrl"
+local R = rl.reward
+local synth_run = ...
+local judge = {}
+function judge:chat(messages)
+  local text, n = messages[#messages].content, 0
+  for _ in text:gmatch("[a-m]") do n = n + 1 end
+  return n % 2 == 0 and "yes" or "no", { prompt_tokens = #text, completion_tokens = 1 }
+end
+return function(dir, name, extra)
+  local o = { steps = 6, reward = R.graph { seed = 7, terms = {
+    R.env(),
+    R.judge { name = "judge", client = judge, model = "mock", prompt = "{task}: {answer}", weight = 0.25 },
+    R.fn("skipper", function(ep) if ep.seed % 3 == 0 then return R.SKIP end return 0.05 * ep.length end),
+    R.budget { tokens = 0.01 },
+  } } }
+  for k, v in pairs(extra or {}) do o[k] = v end
+  return synth_run(dir, name, o)
+end
+]==]
+
+  it("continues bit-exactly in another process with a reward graph, a curriculum and a synthesis loop all active", function()
+    local dir = tmpdir()
+    local synth_config, config = dir .. "/synth_run.lua", dir .. "/run.lua"
+    for path, text in pairs { [synth_config] = SYNTH_RUN, [config] = ALL_RUN } do
+      local f = assert(io.open(path, "w"))
+      f:write(text)
+      f:close()
+    end
+    local runner = assert(loadfile(config))(assert(loadfile(synth_config))(H.root))
+    local r_full, m_full = runner(dir, "full")
+    runner(dir, "cut", { stop_after = 3 })
+    local out, _, ok = H.run_lua([[
+      local runner = loadfile(arg[1])(loadfile(arg[2])(arg[3]))
+      runner(arg[4], "cut", { resume = true })
+    ]], config, synth_config, H.root, dir)
+    assert.is_true(ok, out)
+    local full = rl.json.decode(assert(io.open(dir .. "/full/state.json")):read("a"))
+    local cut = rl.json.decode(assert(io.open(dir .. "/cut/state.json")):read("a"))
+    assert.are.equal(6, cut.step)
+    for _, part in ipairs { "synth", "tasks", "reward" } do
+      assert.is_not_nil(full[part], part)
+      assert.are.equal(rl.json.encode(full[part]), rl.json.encode(cut[part]), part)
+    end
+    local m_res = rl.model.new { vocab = 264, dim = 32, layers = 1, heads = 2, ffn = 64, ctx = 48, seed = 5 }
+    assert.are.equal(6, m_res:load_checkpoint(dir .. "/cut/" .. cut.checkpoint))
+    local a, b = m_full:parameters(), m_res:parameters()
+    for name, w in pairs(a) do assert.are.equal(0, w:max_abs_diff(b[name]), name) end
+    -- metrics.jsonl line for line, but for timings and the judge's calls and cache hits (the
+    -- resumed process reads the cache the first one wrote)
+    local lf, lr = read_lines(dir .. "/full/metrics.jsonl"), read_lines(dir .. "/cut/metrics.jsonl")
+    assert.are.equal(7, #lf)
+    assert.are.equal(#lf, #lr)
+    local seen = { synth = 0, reward = 0, curriculum = 0 }
+    for i, rec in ipairs(lf) do
+      for k, v in pairs(rec) do
+        if not k:match("^time/") and k ~= "tokens_per_s" and not k:match("^reward/judge/calls$")
+            and not k:match("^reward/judge/hits$") and not k:match("^reward/judge/tokens$") then
+          assert.are.equal(v, lr[i][k], "step " .. rec.step .. " " .. k)
+          local head = k:match("^(%a+)/")
+          if seen[head] then seen[head] = seen[head] + 1 end
+        end
+      end
+    end
+    for part, n in pairs(seen) do assert.is_true(n > 10, part .. " metrics: " .. n) end
+    -- all three were at work: tasks admitted, the judge asked, some episodes skipped
+    local admitted, skipped = 0, 0
+    for _, mt in ipairs(r_full.history) do
+      admitted = admitted + (mt["synth/admitted"] or 0)
+      skipped = skipped + (mt["reward/unscorable"] or 0)
+    end
+    assert.is_true(admitted > 0, "no task was admitted")
+    assert.is_true(skipped > 0, "no episode was skipped")
+    assert.is_true(lf[2]["reward/judge/calls"] > 0)
+    H.sh("rm -rf " .. H.shell_quote(dir))
+  end)
+end)

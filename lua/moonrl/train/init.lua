@@ -42,6 +42,14 @@
 --                                             -- env.tasks("train"), sets per-task max_turns for
 --                                             -- a horizon, observes every rolled-out group;
 --                                             -- its gate drops groups; its state in state.json)
+--     synth = nil,                            -- an rl.synth.loop: every loop.every steps, before
+--                                             -- the step's tasks are drawn, it proposes,
+--                                             -- verifies, calibrates on the policy and admits
+--                                             -- tasks into its pool (the curriculum, which
+--                                             -- defaults to loop.pool); its proposals by
+--                                             -- "self" train on their rewards; it sees each
+--                                             -- step's batch (retirement, failure clusters);
+--                                             -- synth/* metrics; its state in state.json
 --     tree = nil,                             -- {turn = t, k = K}: each of group_size / K roots
 --                                             -- branches into K episodes after turn t (needs
 --                                             -- the env's clone()); GiGPO then compares the K
@@ -160,6 +168,7 @@ end
 local function gather_state(ctx)
   local c = ctx.cfg
   ctx.state.tasks = tasks.state(ctx)
+  if c.synth then ctx.state.synth = c.synth:state() end
   if c.replay then ctx.state.replay = c.replay.buffer:state() end
   if ctx.graph then ctx.state.reward = ctx.graph:state() end
 end
@@ -170,6 +179,7 @@ local function start_fresh(ctx)
   if why then error(why, 0) end
   if c.overwrite then checkpoint.clear(ctx.dir) end
   if ctx.graph then ctx.graph:reset() end -- a graph used by an earlier run starts anew
+  if c.synth then c.synth:reset() end
   ctx.state = { history = {}, step = 0, options = options.record(c) }
   if c.sft then ctx.state.sft = warmstart.run(ctx) end
   if needs_reference(c) then
@@ -187,14 +197,37 @@ local function start_fresh(ctx)
   ctx.stages.checkpoint.save(ctx, 0)
 end
 
+-- A synthesis step's figures as metrics: synth/<name>, synth/invalid/<reason>, synth/learn/<name>.
+local function synth_metrics(mt, r)
+  for k, v in pairs(r) do
+    if type(v) == "number" and k ~= "step" then mt["synth/" .. k] = v end
+  end
+  local invalid = 0
+  for reason, n in pairs(r.invalid) do
+    mt["synth/invalid/" .. reason] = n
+    invalid = invalid + n
+  end
+  mt["synth/invalid"] = invalid
+  for k, v in pairs(r.learn or {}) do
+    if type(v) == "number" then mt["synth/learn/" .. k] = v end
+  end
+end
+
 -- One RL step: its metrics.
 local function step_once(ctx, step)
   local c = ctx.cfg
   local t0 = core.clock()
+  local synth_mt = {}
+  if c.synth and (step - 1) % c.synth.every == 0 then
+    synth_metrics(synth_mt, c.synth:step(ctx, step)) -- before the step's tasks are drawn
+    synth_mt["time/synth"] = core.clock() - t0
+  end
+  local t_start = core.clock()
   local batch, info = rollout.sample(ctx, step)
-  local t_roll = core.clock() - t0
+  local t_roll = core.clock() - t_start
   local mt = { step = step, ["time/rollout"] = t_roll, ["sampling/tries"] = info.tries,
     ["sampling/groups_dropped"] = info.groups_dropped }
+  for k, v in pairs(synth_mt) do mt[k] = v end
   if batch then
     local t_rew = core.clock()
     local terms = ctx.stages.reward(ctx, batch, step)
@@ -246,7 +279,10 @@ local function step_once(ctx, step)
       mt["time/replay"] = mt["time/replay"] + core.clock() - t3
     end
     mt["time/update"] = core.clock() - t1
-    mt.tokens_per_s = st.tokens / math.max(core.clock() - t0, 1e-9)
+    if c.synth then
+      mt["synth/retired_mastered"] = c.synth:observe(batch).retired -- (after the advantage: fatal masks)
+    end
+    mt.tokens_per_s = st.tokens / math.max(core.clock() - t_start, 1e-9)
   else
     mt.skipped = 1 -- dynamic sampling found no group with different rewards: no update
     for k, v in pairs(tasks.update(ctx, step, nil, info.rejected) or {}) do mt[k] = v end
@@ -299,6 +335,7 @@ local function train(opts)
     -- (a run resumed with resume = "force" and replay newly on starts with the buffer it has)
     if c.replay and state.replay ~= nil then c.replay.buffer:load(state.replay) end
     if ctx.graph and state.reward ~= nil then ctx.graph:load(state.reward) end
+    if c.synth and state.synth ~= nil then c.synth:load(state.synth) end
   else
     start_fresh(ctx)
   end

@@ -245,6 +245,12 @@ local function curriculum_check(v)
   return "an rl.curriculum (rl.curriculum.new{...})"
 end
 
+local function synth_check(v)
+  local mt = getmetatable(v)
+  if type(v) == "table" and type(mt) == "table" and mt.__name == "moonrl.synth.loop" then return nil end
+  return "an rl.synth.loop{...}"
+end
+
 local function either(...)
   local checks = { ... }
   return function(v)
@@ -359,7 +365,8 @@ opt("eval", function() return {} end,
   either(literal(false, "false"), table_of("eval", "a table {every =, tasks =, k =, ...}")))
 -- the stages
 opt("tasks", nil, tasks_check)
-opt("curriculum", nil, curriculum_check)
+opt("synth", nil, synth_check)
+opt("curriculum", function(c) return c.synth and c.synth.pool or nil end, curriculum_check)
 opt("rollout", nil, func)
 opt("update", nil, func)
 opt("evaluate", nil, func)
@@ -413,6 +420,8 @@ function M.record(c)
     elseif type(v) == "function" then
       out[k] = "<function>"
     elseif k == "curriculum" then
+      out[k] = json.decode(json.encode(v:config()))
+    elseif k == "synth" then
       out[k] = json.decode(json.encode(v:config()))
     elseif type(v) == "table" and (k == "tasks" or k == "checkpoint") then
       out[k] = "<object>"
@@ -476,6 +485,18 @@ local function relations(c)
     end
   end
   local cur = c.curriculum
+  if c.synth and c.synth.pool and c.synth.pool ~= cur then
+    return "synth: the loop admits tasks into another curriculum than rl.train's (give curriculum = "
+      .. "the loop's pool, or leave curriculum unset)"
+  end
+  if c.synth and c.synth.pool and c.synth.pool:config().source.kind ~= "pool" then
+    return "synth: the loop's pool is a curriculum whose source is " .. tostring(c.synth.pool:config().source.kind)
+      .. ": synthesised tasks are admitted into a pool (rl.curriculum.pool{...})"
+  end
+  if c.synth and not cur and not c.tasks then
+    return "synth: the loop needs a pool to admit into: give it pool = cur (an rl.curriculum with a "
+      .. "pool source), which rl.train then draws its tasks from"
+  end
   if cur then
     if c.tasks then return "curriculum: the tasks option chooses the tasks too: give one of them" end
     if cur.gate and c.dynamic_sampling then

@@ -36,13 +36,20 @@ function M.oracle_examples(ctx, n, seed)
   return out
 end
 
--- Runs the warm start (cfg.sft, its defaults filled in by moonrl.train.options); returns {examples =, steps =, final_loss =, seconds =} for the state.
+-- Runs the warm start (cfg.sft, its defaults filled in by moonrl.train.options), with a synthesis
+-- loop's proposer demonstrations (rl.synth.proposer{warm_start = n}) when the proposer is the
+-- policy; returns {examples =, steps =, final_loss =, seconds =} for the state.
 -- Leaves the optimizer reset for RL.
 function M.run(ctx)
   local c, m = ctx.cfg, ctx.model
   local t0 = core.clock()
   local s = c.sft
   local data = M.oracle_examples(ctx, s.examples, mix(c.seed, 0xF7))
+  -- a synthesis loop whose proposer is the policy: its warm-start demonstrations of proposing
+  local p = c.synth and c.synth.proposer
+  if p and p.warm_start and p.warm_start > 0 and p.kind == "self" then
+    for _, ex in ipairs(p:sft_examples(ctx.tokenizer, p.warm_start, mix(c.seed, 0x5E7))) do data[#data + 1] = ex end
+  end
   local r = sftlib.sft { model = m, data = data, epochs = s.epochs, batch_size = s.batch_size,
     lr = s.lr, schedule = s.schedule, warmup = s.warmup, seed = mix(c.seed, 0x5F7),
     weight_decay = s.weight_decay }
