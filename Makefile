@@ -46,7 +46,7 @@ CFLAGS_BASE := -std=c11 -O2 -g -Wall -Wextra -Werror -fPIC -fvisibility=hidden \
 # include paths, so an include that breaks a rule does not compile; scripts/check_layers.sh checks
 # the same rules on the source text (relative paths included) as part of make test. Only lua/
 # sees lua.h. gen/ holds generated tables (scripts/gen_unicode_tables.py).
-LAYERS          := base tensor model tokenizer gen rollout objective sandbox lua
+LAYERS          := base tensor model tokenizer gen rollout objective sandbox http lua
 LAYER_base      :=
 LAYER_tensor    := base
 LAYER_model     := base tensor
@@ -55,7 +55,8 @@ LAYER_tokenizer := base gen
 LAYER_rollout   := base
 LAYER_objective := base
 LAYER_sandbox   := base
-LAYER_lua       := base tensor model tokenizer gen rollout objective sandbox
+LAYER_http      := base
+LAYER_lua       := base tensor model tokenizer gen rollout objective sandbox http
 layer_inc = -Iengine/include -Iengine/src/$(1) $(foreach d,$(LAYER_$(1)),-Iengine/src/$(d)) \
             $(if $(filter lua,$(1)),-I$(BUILD)/gen $(LUA_CFLAGS))
 comma := ,
@@ -69,7 +70,7 @@ SANFLAGS    := -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitiz
 endif
 CFLAGS      ?=
 ALL_CFLAGS  := $(CFLAGS_BASE) $(SANFLAGS) $(CFLAGS)
-LDLIBS_CORE := -lm -ldl -lpthread -lseccomp
+LDLIBS_CORE := -lm -ldl -lpthread -lseccomp -lcurl
 
 # engine core (every layer but lua/: libmoonrl-core, no Lua), the Lua binding (lua/lua_*.c), and
 # what only the library and the command need (scripts, embedded Lua modules)
@@ -99,6 +100,7 @@ MOONRL      := $(BUILD)/moonrl
 PCFILE      := $(BUILD)/moonrl.pc
 CORE_PCFILE := $(BUILD)/moonrl-core.pc
 FFI_CDEF    := $(BUILD)/lua/moonrl/ffi_cdef.lua
+MOCK_SERVER := $(BUILD)/tests/mock_server
 C_TESTS     := $(patsubst tests/c/%.c,$(BUILD)/tests/%,$(filter-out tests/c/check.c,$(wildcard tests/c/test_*.c)))
 
 .PHONY: all deps build test asan demo bench install uninstall clean print-lua
@@ -109,7 +111,7 @@ deps:
 	@sh scripts/deps.sh
 
 build: $(STATIC_LIB) $(SHARED_LIB) $(CORE_STATIC) $(CORE_SHARED) $(LUA_CMOD) $(MOONRL) $(PCFILE) \
-       $(CORE_PCFILE) $(FFI_CDEF) $(C_TESTS)
+       $(CORE_PCFILE) $(FFI_CDEF) $(C_TESTS) $(MOCK_SERVER)
 
 # an engine source file compiles with its layer's include paths only
 $(BUILD)/obj/src/%.o: engine/src/%.c $(HEADERS)
@@ -171,8 +173,18 @@ $(FFI_CDEF): scripts/gen_cdef.lua engine/include/moonrl.h
 
 $(BUILD)/tests/%: tests/c/%.c tests/c/check.c tests/c/check.h tests/c/support.c tests/c/support.h $(STATIC_LIB)
 	@mkdir -p $(dir $@)
-	$(CC) $(ALL_CFLAGS) $(CPPFLAGS) -Itests/c -o $@ $< tests/c/check.c tests/c/support.c $(STATIC_LIB) \
-	  $(LUA_LIBS) $(LDLIBS_CORE)
+	$(CC) $(ALL_CFLAGS) $(CPPFLAGS) -Itests/c -o $@ $< tests/c/check.c tests/c/support.c \
+	  $(TEST_EXTRA_$*) $(STATIC_LIB) $(LUA_LIBS) $(LDLIBS_CORE)
+
+# the HTTP client's tests run the scripted loopback server (tests/c/mock_server.c) in-process;
+# the Lua specs start it as a program ($(MOCK_SERVER))
+TEST_EXTRA_test_http := tests/c/mock_server.c
+$(BUILD)/tests/test_http: tests/c/mock_server.c tests/c/mock_server.h
+
+$(MOCK_SERVER): tests/c/mock_server_main.c tests/c/mock_server.c tests/c/mock_server.h $(STATIC_LIB)
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_CFLAGS) $(CPPFLAGS) -Itests/c -o $@ tests/c/mock_server_main.c tests/c/mock_server.c \
+	  $(STATIC_LIB) $(LUA_LIBS) $(LDLIBS_CORE)
 
 $(BUILD)/bench_tensor: scripts/bench_tensor.c scripts/bench_common.h $(STATIC_LIB)
 	$(CC) $(ALL_CFLAGS) $(CPPFLAGS) -Iscripts -o $@ $< $(STATIC_LIB) $(LUA_LIBS) $(LDLIBS_CORE)

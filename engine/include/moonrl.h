@@ -1,4 +1,5 @@
-/* moonrl.h - public C API of the moonrl engine: engine handle, errors, RNG, tensors, BLAS, scripts.
+/* moonrl.h - public C API of the moonrl engine: engine handle, errors, RNG, tensors, BLAS, model,
+ * tokenizers, rollouts, objectives, sandbox, HTTP client, scripts.
  *
  * Conventions (they hold for every function below):
  * - Every handle is opaque and created by a `_new` function that has a `_free` partner.
@@ -1522,6 +1523,159 @@ MRL_API mrl_status mrl_sandbox_job_wait(mrl_sandbox_job *j, mrl_sandbox_result *
 MRL_API mrl_status mrl_sandbox_job_kill(mrl_sandbox_job *j);
 /* Kills the job if it still runs, reaps it, and releases it (and its result if not taken). */
 MRL_API void mrl_sandbox_job_free(mrl_sandbox_job *j);
+
+/* ---- HTTP client ---------------------------------------------------------------------------
+ * An HTTP/1.1 (and HTTP/2 over TLS) client over libcurl's multi interface, for remote policies,
+ * judges and task synthesizers. One client (mrl_http) owns one connection pool and drives any
+ * number of requests at once from the calling thread: mrl_http_poll makes progress on all of them.
+ * At most `max_connections` requests run at once per endpoint (scheme, host and port); the rest
+ * wait in FIFO order. A failed attempt is retried (up to `retries` more) when it failed before
+ * any byte reached the caller's on_data: connection errors (refused, reset, nothing received,
+ * timeouts) and the statuses 408, 409, 429 and 5xx (a response header `x-should-retry: true` or
+ * `false` overrides the status). The wait before a retry is the response's `retry-after-ms`, else
+ * its `Retry-After` (seconds or an HTTP date), capped at `retry_after_max_ms`; without either it
+ * is backoff_ms * 2^(n-1), capped at backoff_max_ms, less up to 25% jitter drawn from the
+ * client's own RNG (seeded with `seed`: the same seed gives the same waits). Once a byte of a
+ * streamed body was handed to on_data the request is never retried: a failure after that point
+ * ends it with MRL_HTTP_FAILED and `delivered` > 0.
+ *
+ * Nothing is printed. Proxies follow libcurl's environment variables (http_proxy, no_proxy). */
+typedef struct mrl_http mrl_http;                 /* a client: connection pool and requests */
+typedef struct mrl_http_request mrl_http_request; /* one request, queued, running or finished */
+
+/* Client settings; a zeroed struct (or NULL) gives the defaults in parentheses. */
+typedef struct mrl_http_config {
+  int max_connections;        /* requests (and connections) at once per endpoint (16) */
+  int retries;                /* attempts after the first (2); MRL_HTTP_NO_RETRIES for none */
+  int64_t connect_timeout_ms; /* to establish a connection (10000) */
+  int64_t timeout_ms;         /* one attempt, first byte sent to last byte received (600000) */
+  int64_t idle_timeout_ms;    /* an attempt that receives nothing for this long fails (0: off) */
+  int64_t backoff_ms;         /* first wait before a retry without Retry-After (500) */
+  int64_t backoff_max_ms;     /* longest such wait (8000) */
+  int64_t retry_after_max_ms; /* longest Retry-After honoured; longer ones are cut (60000) */
+  uint64_t seed;              /* the jitter RNG's seed (0 is a seed like any other) */
+} mrl_http_config;
+
+enum { MRL_HTTP_NO_RETRIES = -1 };
+
+/* Receives the bytes of a streamed response body as they arrive (only for a 2xx status; other
+ * bodies are kept in the response). Returning nonzero stops the request (MRL_HTTP_STOPPED). */
+typedef int (*mrl_http_data_fn)(void *ud, const char *bytes, size_t len);
+
+/* One request. Everything is copied by mrl_http_submit. */
+typedef struct mrl_http_call {
+  const char *method;          /* "GET", "POST", ...; NULL: POST with a body, else GET */
+  const char *url;             /* absolute http:// or https:// URL */
+  const char *const *headers;  /* NULL-terminated "Name: value" lines; NULL for none */
+  const char *body;            /* body_len bytes sent as the request body; NULL: none */
+  size_t body_len;
+  mrl_http_data_fn on_data;    /* NULL: the body is kept in the response */
+  void *ud;                    /* passed to on_data */
+  int64_t timeout_ms;          /* this request's per-attempt timeout; 0: the client's */
+} mrl_http_call;
+
+/* How a request ended. */
+typedef enum mrl_http_outcome {
+  MRL_HTTP_PENDING = 0,   /* "pending": queued, running or waiting to retry */
+  MRL_HTTP_DONE = 1,      /* "done": a response arrived (any status, see `status`) */
+  MRL_HTTP_FAILED = 2,    /* "failed": no usable response after the last attempt (message) */
+  MRL_HTTP_TIMEOUT = 3,   /* "timeout": the last attempt ran out of time (total or idle) */
+  MRL_HTTP_CANCELLED = 4, /* "cancelled": mrl_http_cancel, or the client was freed */
+  MRL_HTTP_STOPPED = 5    /* "stopped": on_data returned nonzero */
+} mrl_http_outcome;
+
+/* Static name of an outcome ("done", ...); "unknown" for other values. */
+MRL_API const char *mrl_http_outcome_name(mrl_http_outcome o);
+
+/* A request's result. Borrowed from the request: valid until mrl_http_request_free. */
+typedef struct mrl_http_response {
+  mrl_http_outcome outcome;
+  int status;                        /* the last response's HTTP status; 0 when none came */
+  size_t nheaders;                   /* its header fields, in order: names in lower case */
+  const char *const *header_names;
+  const char *const *header_values;
+  const char *body;                  /* the body kept (NUL-terminated; may hold NULs) */
+  size_t body_len;
+  uint64_t delivered;                /* body bytes handed to on_data */
+  int attempts;                      /* attempts started (1 + retries made) */
+  int64_t connects;                  /* new connections the attempts opened */
+  double elapsed_ms;                 /* from submit to the end */
+  const char *message;               /* what went wrong ("" for DONE) */
+} mrl_http_response;
+
+/* Creates a client. Fails with MRL_ERR_INVALID for a negative setting, MRL_ERR_UNSUPPORTED when
+ * libcurl cannot be initialised. *out: caller owns, free with mrl_http_free. Retains e. */
+MRL_API mrl_status mrl_http_new(mrl_engine *e, const mrl_http_config *config, mrl_http **out);
+/* Cancels every unfinished request (their outcome becomes CANCELLED; the request handles stay
+ * the caller's to free) and closes the connections. */
+MRL_API void mrl_http_free(mrl_http *h);
+
+/* Queues a request; it starts on the next mrl_http_poll. Fails with MRL_ERR_INVALID for a URL
+ * libcurl cannot parse or a header line without ':'. *out: caller owns, free with
+ * mrl_http_request_free (which cancels it if unfinished). */
+MRL_API mrl_status mrl_http_submit(mrl_http *h, const mrl_http_call *call, mrl_http_request **out);
+/* Makes progress on every request: starts what may start, waits up to timeout_ms (0: do not
+ * wait) for network activity or the next retry, and finishes what is done. *n_done (may be
+ * NULL): requests that finished during this call. Returns at once when nothing is pending. */
+MRL_API mrl_status mrl_http_poll(mrl_http *h, int64_t timeout_ms, int *n_done);
+/* Requests not yet finished; 0 for NULL. */
+MRL_API int mrl_http_pending(const mrl_http *h);
+/* The finished requests in the order they finished, each once: *out is NULL when there are no
+ * more. Borrowed: the caller still owns (and frees) each request. */
+MRL_API mrl_status mrl_http_next_done(mrl_http *h, mrl_http_request **out);
+/* Interrupts a mrl_http_poll that is waiting (the one call that may come from another thread). */
+MRL_API mrl_status mrl_http_wakeup(mrl_http *h);
+
+/* Polls the client until r has finished (other requests progress too). */
+MRL_API mrl_status mrl_http_wait(mrl_http_request *r);
+/* Ends r at once with outcome CANCELLED (its connection is closed); nothing for a finished one. */
+MRL_API mrl_status mrl_http_cancel(mrl_http_request *r);
+/* Whether r has finished (1) or not (0); -1 for NULL. */
+MRL_API int mrl_http_request_finished(const mrl_http_request *r);
+/* r's result so far (outcome PENDING until it finishes). Borrowed: valid until r is freed. */
+MRL_API const mrl_http_response *mrl_http_response_of(const mrl_http_request *r);
+/* The value of header `name` (any case) in r's response, the last if repeated; NULL if none.
+ * Borrowed: valid until r is freed. */
+MRL_API const char *mrl_http_response_header(const mrl_http_request *r, const char *name);
+MRL_API void mrl_http_request_free(mrl_http_request *r);
+
+/* ---- Server-Sent Events ----------------------------------------------------------------------
+ * An incremental parser of the text/event-stream format (the HTML standard's rules), fed with
+ * bytes cut anywhere: inside a line, a field name, a UTF-8 sequence or between CR and LF. Lines
+ * end with CRLF, LF or CR; a leading byte-order mark is skipped; lines starting with ':' are
+ * comments; `data:` lines accumulate (joined with LF), `event:` sets the event's type, `id:` the
+ * last event id (kept for later events; ignored when it holds a NUL), `retry:` (digits only) the
+ * reconnection time; a blank line dispatches the event when it has data. Unknown fields are
+ * ignored. Needs no network and no libcurl. */
+typedef struct mrl_sse mrl_sse;
+
+/* One event. Borrowed: valid during the callback only. Strings are NUL-terminated. */
+typedef struct mrl_sse_event {
+  const char *type;   /* the `event:` value, or "message" */
+  const char *data;   /* the data lines joined with LF (no final LF) */
+  size_t data_len;
+  const char *id;     /* the last event id so far ("" when none) */
+  int64_t retry_ms;   /* the last `retry:` value so far; -1 when none */
+  int done;           /* data is exactly "[DONE]" (the OpenAI stream's end) */
+} mrl_sse_event;
+
+/* Called for every event; returning nonzero stops mrl_sse_feed, which then returns
+ * MRL_ERR_INVALID with "stopped by the callback" (bytes after the event are not parsed). */
+typedef int (*mrl_sse_event_fn)(void *ud, const mrl_sse_event *ev);
+
+/* *out: caller owns, free with mrl_sse_free. Lines longer than max_line bytes (0: 16 MiB) fail
+ * mrl_sse_feed with MRL_ERR_RANGE. Retains e. */
+MRL_API mrl_status mrl_sse_new(mrl_engine *e, size_t max_line, mrl_sse **out);
+MRL_API void mrl_sse_free(mrl_sse *p);
+/* Parses len more bytes, calling fn(ud, event) for each event they complete. */
+MRL_API mrl_status mrl_sse_feed(mrl_sse *p, const char *bytes, size_t len, mrl_sse_event_fn fn,
+                                void *ud);
+/* The end of the stream: an unterminated last line and an event not closed by a blank line are
+ * dropped, as the standard says; *dropped (may be NULL) tells whether anything was. The parser
+ * can then be fed the next stream (the last event id and retry are kept, as for a reconnection). */
+MRL_API mrl_status mrl_sse_finish(mrl_sse *p, int *dropped);
+/* Comment lines seen so far (keep-alive pings). */
+MRL_API int64_t mrl_sse_comments(const mrl_sse *p);
 
 /* ---- scripts (Lua 5.4) -------------------------------------------------------------------
  * A Lua 5.4 state with the standard libraries, `require "moonrl"` available, and the engine's

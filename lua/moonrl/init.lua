@@ -15,6 +15,8 @@ local rl = {
   json = core.json,         -- JSON: decode, encode (sorted keys, always UTF-8: bytes that are
                             -- not are written as U+10FE00 + byte), null, array(t)
   sandbox = core.sandbox,   -- tool sandbox: pool{...}:run{argv=...}, lua{code=...}
+  http = require("moonrl.http"), -- HTTP client: client{base_url=, ...}:request{...}, coroutine
+                            -- tasks (spawn, wait, run); openai{profile=, ...}: chat, complete, generate
   tool = require("moonrl.tool"), -- rl.tool{...}, rl.tool.shell{...}, rl.tool.lua{...}
   rng = core.rng,           -- rl.rng(seed): a seeded random stream (random, normal)
   env = require("moonrl.env"), -- the environment protocol

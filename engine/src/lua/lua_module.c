@@ -389,6 +389,8 @@ int mrl__lua_open_core(lua_State *L) {
   lua_setfield(L, -2, "replay");
   mrl__lua_open_sandbox(L);
   lua_setfield(L, -2, "sandbox");
+  mrl__lua_open_http(L);
+  lua_setfield(L, -2, "http");
   open_rng(L);
   open_fs(L);
   mrl__lua_open_tokenizer(L);
