@@ -40,6 +40,7 @@ local rl = {
   seed = core.seed,         -- reseeds the default RNG used by randn/rand without a seed
   memory = core.memory,     -- {used=, peak=} bytes of tensor memory held by the engine
   clock = core.clock,       -- seconds on a monotonic clock, for timing
+  equal_words = core.equal_words, -- equal_words(a, b): equal 8-byte words of two packed strings
 }
 
 return rl

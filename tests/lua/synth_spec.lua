@@ -416,6 +416,26 @@ describe("rl.synth", function()
 
   -- ---------------------------------------------------------------- the other verifiers
 
+  it("compares packed signatures in C exactly as row by row in Lua (rl.equal_words)", function()
+    local rng = rl.rng(17)
+    for _ = 1, 200 do
+      local k = rng:random(0, 40)
+      local a, b, same = {}, {}, 0
+      for i = 1, k do
+        a[i] = rng:random(math.mininteger, math.maxinteger)
+        b[i] = rng:random() < 0.5 and a[i] or a[i] ~ (1 << rng:random(0, 63)) -- one bit apart
+        if a[i] == b[i] then same = same + 1 end
+      end
+      local fmt = "<" .. string.rep("j", k)
+      assert.are.equal(same, rl.equal_words(string.pack(fmt, table.unpack(a)), string.pack(fmt, table.unpack(b))))
+    end
+    assert.has_error(function() rl.equal_words("1234567", "1234567") end,
+      "bad argument #1 to 'equal_words' (a length that is a multiple of 8 expected)")
+    assert.has_error(function() rl.equal_words("12345678", "1234567812345678") end,
+      "bad argument #2 to 'equal_words' (a string as long as the first expected)")
+    assert.has_error(function() rl.equal_words("12345678") end)
+  end)
+
   it("runs shell tasks in the process sandbox with the same reasons", function()
     local pool = assert(rl.sandbox.pool {})
     local ex = S.exec { lang = "sh", sandbox = pool, timeout = 2 }

@@ -360,7 +360,23 @@ static int l_lr_at(lua_State *L) {
   return 1;
 }
 
+/* rl.equal_words(a, b) -> how many of the 8-byte words of strings a and b are equal, position by
+ * position (MinHash signatures packed with string.pack compared in one call: rl.synth.novelty).
+ * a and b must have the same length, a multiple of 8. */
+static int l_equal_words(lua_State *L) {
+  size_t na = 0, nb = 0;
+  const char *a = luaL_checklstring(L, 1, &na);
+  const char *b = luaL_checklstring(L, 2, &nb);
+  luaL_argcheck(L, na % 8 == 0, 1, "a length that is a multiple of 8 expected");
+  luaL_argcheck(L, nb == na, 2, "a string as long as the first expected");
+  lua_Integer same = 0;
+  for (size_t i = 0; i < na; i += 8) same += memcmp(a + i, b + i, 8) == 0;
+  lua_pushinteger(L, same);
+  return 1;
+}
+
 static const luaL_Reg core_funcs[] = {{"blas_info", l_blas_info},
+                                      {"equal_words", l_equal_words},
                                       {"lr_at", l_lr_at},
                                       {"clock", l_clock},
                                       {"rng", l_rng},
