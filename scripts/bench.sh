@@ -165,7 +165,7 @@ awk -F'\t' '{ v[$2] = $3 } END {
          1000 * v["grpo_1m_seconds"], 1000 * v["ppo_loss_1m_seconds"]
 }' "$tmp/rlm"
 
-# ---- the reward graph's share of a training step (spec acceptance 22, its reward part) ----
+# ---- the reward graph's share of a training step, then with a curriculum and novelty (spec acceptance 22) ----
 : >"$tmp/reward"
 for round in $(seq "$ROUNDS"); do
   "$BUILD/moonrl" run scripts/bench_reward.lua | grep "^reward" >>"$tmp/reward"
@@ -175,6 +175,9 @@ medians <"$tmp/reward" | awk -F'\t' '{ v[$2] = $3 } END {
          1000 * v["graph_seconds"], 100 * v["graph_share"]
   printf "  the default stage with 4 rewards functions: %.2f ms, %.2f%%\n", 1000 * v["plain_seconds"],
          100 * v["plain_share"]
+  printf "reward graph + curriculum (learnability over a pool of 1,000) + novelty (32 candidates against 10,000): %.1f + %.1f + %.1f ms of a %.0f ms step, %.2f%% (target <= 5%%)\n",
+         1000 * v["agentlib_reward_seconds"], 1000 * v["agentlib_curriculum_seconds"],
+         1000 * v["agentlib_novelty_seconds"], 1000 * v["agentlib_step_seconds"], 100 * v["agentlib_share"]
 }'
 
 # ---- the tool sandbox: /bin/true through a pool (every protection on) beside plain fork+exec
