@@ -1150,6 +1150,20 @@ end
 -- rl.clock() -> seconds on a monotonic clock, for timing.
 function rl.clock() return lib.mrl_clock() end
 
+-- rl.equal_words(a, b) -> how many of the 8-byte words of strings a and b are equal, position by
+-- position; a and b of the same length, a multiple of 8 (as the Lua 5.4 binding's).
+function rl.equal_words(a, b)
+  if type(a) ~= "string" then typeerror(1, "string", a) end
+  if type(b) ~= "string" then typeerror(2, "string", b) end
+  if #a % 8 ~= 0 then argerror(1, "a length that is a multiple of 8 expected") end
+  if #b ~= #a then argerror(2, "a string as long as the first expected") end
+  local same = 0
+  for i = 1, #a, 8 do
+    if a:sub(i, i + 7) == b:sub(i, i + 7) then same = same + 1 end
+  end
+  return same
+end
+
 -- rl.lr_at(schedule, step, total, warmup, base [, min_lr]): the learning rate at a 0-based step
 -- ("constant" or "cosine", linear warmup), from the engine's mrl_lr_at.
 local LR_SCHEDULES = { constant = lib.MRL_LR_CONSTANT, cosine = lib.MRL_LR_COSINE }

@@ -217,6 +217,17 @@ describe("the API surface", function()
     assert.matches("bad argument #1", error_of(function() rl.rng("x") end))
   end)
 
+  it("rl.equal_words counts what the Lua 5.4 binding counts, and checks its arguments", function()
+    local code = "local rl = require \"moonrl\" print(rl.equal_words('abcdefgh12345678ABCDEFGH', 'abcdefgh1234567xABCDEFGH'), rl.equal_words('', ''))"
+    local lua54 = run(quote(env("MOONRL_BUILD") .. "/moonrl") .. " -e " .. quote(code))
+    local t = { rl.equal_words("abcdefgh12345678ABCDEFGH", "abcdefgh1234567xABCDEFGH"), rl.equal_words("", "") }
+    assert.are.equal("2\t0", lua54:gsub("%s+$", ""))
+    assert.are.equal("2\t0", table.concat(t, "\t"))
+    assert.matches("bad argument #1 to 'equal_words' %(a length that is a multiple of 8", error_of(function() rl.equal_words("1234567", "1234567") end))
+    assert.matches("bad argument #2 to 'equal_words' %(a string as long as the first", error_of(function() rl.equal_words("12345678", "") end))
+    assert.matches("bad argument #2", error_of(function() rl.equal_words("12345678") end))
+  end)
+
   it("rl.rng draws inside intervals as wide as LuaJIT numbers go", function()
     local r, low = rl.rng(11), 0
     local lo, hi = -2 ^ 63, 2 ^ 63 - 1024 -- the widest interval of doubles that are int64 values
