@@ -54,6 +54,14 @@ function H.write_temp(text)
 end
 
 -- A new empty directory (the caller removes it, e.g. H.sh("rm -rf " .. H.shell_quote(dir))).
+-- Writes text to path (a Lua script a test loads here and runs in another process); returns path.
+function H.script(path, text)
+  local f = assert(io.open(path, "w"))
+  assert(f:write(text))
+  assert(f:close())
+  return path
+end
+
 function H.tmpdir()
   local path = os.tmpname()
   os.remove(path)

@@ -483,10 +483,7 @@ end
 describe("rl.train{replay = ...}", function()
   it("mixes replayed groups into the update, logs replay metrics, and resumes bit-exactly in another process", function()
     local dir = tmpdir()
-    local config = dir .. "/run.lua"
-    local f = assert(io.open(config, "w"))
-    f:write(REPLAY_RUN)
-    f:close()
+    local config = H.script(dir .. "/run.lua", REPLAY_RUN)
     local runner = assert(loadfile(config))(H.root)
     local r, m_full, buf = runner(dir, "full")
     local h = r.history

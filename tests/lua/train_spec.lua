@@ -172,10 +172,7 @@ end
   for _, advantage in ipairs { "gigpo", "gae" } do
     it("continues bit-exactly in another process (resume = true, reward terms, KL): " .. advantage, function()
       local dir = tmpdir()
-      local config = dir .. "/run.lua"
-      local f = assert(io.open(config, "w"))
-      f:write(RESUME_RUN)
-      f:close()
+      local config = H.script(dir .. "/run.lua", RESUME_RUN)
       local runner = assert(loadfile(config))(H.root)
       local _, m_full = runner(dir, "full", advantage)
       runner(dir, "cut", advantage, { stop_after = 2 })
@@ -265,10 +262,7 @@ end
   for _, advantage in ipairs { "gigpo", "gae" } do
     it("continues bit-exactly in another process with a reward graph; its judge cache replays a lost step: " .. advantage, function()
       local dir = tmpdir()
-      local config = dir .. "/run.lua"
-      local f = assert(io.open(config, "w"))
-      f:write(GRAPH_RUN)
-      f:close()
+      local config = H.script(dir .. "/run.lua", GRAPH_RUN)
       local runner = assert(loadfile(config))(H.root)
       local _, m_full = runner(dir, "full", advantage)
       -- the cut run is lost during step 3, after its judging and before its checkpoint
@@ -1078,10 +1072,7 @@ end
 
   it("resumes a curriculum run in another process: the same task stream and level history (acceptance test 14)", function()
     local dir = tmpdir()
-    local config = dir .. "/run.lua"
-    local f = assert(io.open(config, "w"))
-    f:write(CURRICULUM_RUN)
-    f:close()
+    local config = H.script(dir .. "/run.lua", CURRICULUM_RUN)
     local runner = assert(loadfile(config))()
     local _, cur = runner(dir, "full")
     runner(dir, "cut", { stop_after = 4 })
@@ -1224,10 +1215,7 @@ end
 
   it("runs a synthesis loop in the training loop: proposals by the policy learn, tasks are admitted and drawn", function()
     local dir = tmpdir()
-    local config = dir .. "/run.lua"
-    local f = assert(io.open(config, "w"))
-    f:write(SYNTH_RUN)
-    f:close()
+    local config = H.script(dir .. "/run.lua", SYNTH_RUN)
     local runner = assert(loadfile(config))(H.root)
     local before -- the proposer's first proposals change the weights: its update ran
     local r, m, loop, cur = runner(dir, "full", { on_step = function(step, mt)
@@ -1278,10 +1266,7 @@ end
 
   it("continues bit-exactly in another process with a synthesis loop active (its archive, pool and the weights)", function()
     local dir = tmpdir()
-    local config = dir .. "/run.lua"
-    local f = assert(io.open(config, "w"))
-    f:write(SYNTH_RUN)
-    f:close()
+    local config = H.script(dir .. "/run.lua", SYNTH_RUN)
     local runner = assert(loadfile(config))(H.root)
     local _, m_full = runner(dir, "full")
     runner(dir, "cut", { stop_after = 2 })
@@ -1341,12 +1326,8 @@ end
 
   it("continues bit-exactly in another process with a reward graph, a curriculum and a synthesis loop all active", function()
     local dir = tmpdir()
-    local synth_config, config = dir .. "/synth_run.lua", dir .. "/run.lua"
-    for path, text in pairs { [synth_config] = SYNTH_RUN, [config] = ALL_RUN } do
-      local f = assert(io.open(path, "w"))
-      f:write(text)
-      f:close()
-    end
+    local synth_config = H.script(dir .. "/synth_run.lua", SYNTH_RUN)
+    local config = H.script(dir .. "/run.lua", ALL_RUN)
     local runner = assert(loadfile(config))(assert(loadfile(synth_config))(H.root))
     local r_full, m_full = runner(dir, "full")
     runner(dir, "cut", { stop_after = 3 })
