@@ -161,6 +161,64 @@ describe("envs/arith.lua", function()
   end)
 end)
 
+local chain = dofile(H.root .. "/envs/chain.lua")
+
+describe("envs/chain.lua", function()
+  it("gives every op four symbols of its own, none an op's letter; ops are bijections", function()
+    local owner = {}
+    for k = 1, 10 do
+      local images = {}
+      for v = 0, 3 do
+        local sym = chain.symbol(k, v)
+        assert.are.equal(1, #sym, "op " .. k .. " value " .. v)
+        assert.is_nil(("abcdefghij"):find(sym, 1, true), sym)
+        assert.is_nil(owner[sym], sym)
+        owner[sym] = k
+        images[chain.apply(k, v)] = true
+      end
+      for v = 0, 3 do assert.is_true(images[v], "op " .. k .. " misses " .. v) end
+    end
+  end)
+
+  it("applies ops 1..L once each; solve wins every level; the oracle knows ops a and b only", function()
+    local rng = rl.rng(5)
+    local oracle_won = {}
+    for L = 1, 10 do
+      oracle_won[L] = 0
+      for _ = 1, 200 do
+        local t = chain.gen({ ops = L }, rng)
+        local seen = {}
+        for _, k in ipairs(t.order) do seen[k] = true end
+        for k = 1, L do assert.is_true(seen[k]) end
+        assert.are.equal(L, #t.order)
+        local rec = replay(chain, t, chain.solve(t))
+        assert.are.equal(L, #rec)
+        assert.are.equal(1, rec[#rec].reward)
+        local o = replay(chain, t, chain.oracle(t, rng))
+        if o[#o].reward == 1 then oracle_won[L] = oracle_won[L] + 1 end
+      end
+    end
+    assert.are.same({ 200, 200 }, { oracle_won[1], oracle_won[2] })
+    assert.is_true(oracle_won[3] > 30 and oracle_won[3] < 70, oracle_won[3]) -- 1/4 of 200
+    assert.is_true(oracle_won[6] < 8, oracle_won[6])                          -- 1/256
+    local rec = replay(chain, { v0 = 2, order = { 3 }, ops = 1 }, { "J" })   -- 3 * 2 + 3 = 9 = 1 mod 4
+    assert.are.equal("2c", rec[1].state)
+    assert.are.equal(1, rec[1].reward)
+  end)
+
+  it("keeps held-out tasks out of the training split and of gen", function()
+    local function key_of(t) return t.v0 .. ":" .. table.concat(t.order, ",") end
+    local test = {}
+    for _, t in ipairs(chain.tasks("test", 300, 2)) do
+      test[key_of(t)] = true
+      assert.is_true(t.ops >= 8)
+    end
+    for _, t in ipairs(chain.tasks("train", 3000, 1)) do assert.is_nil(test[key_of(t)]) end
+    local rng = rl.rng(6)
+    for _ = 1, 1000 do assert.is_nil(test[key_of(chain.gen({ ops = 8 + rng:random(0, 2) }, rng))]) end
+  end)
+end)
+
 describe("envs/navigate.lua", function()
   it("needs 10 moves in the full tasks; a shortest path wins; the random oracle rarely does", function()
     local train = {}
