@@ -37,7 +37,9 @@ local function new_model()
   return rl.model.new { vocab = tok:vocab_size(), dim = 64, layers = 2, heads = 4, ffn = 192, ctx = 128, seed = seed }
 end
 
-local env = mode == "target" and wp.with { weakness = "negative" } or wp
+local WIDE = tonumber(os.getenv("SYNTH_WIDE") or "") or 1 / 3
+local KEEP = tonumber(os.getenv("SYNTH_KEEP") or "") or 0.25
+local env = mode == "target" and wp.with { weakness = "negative", keep = KEEP } or wp.with { wide = WIDE }
 
 -- The held-out evaluation: greedy success on 128 tasks of all kinds, and on 64 with a negative
 -- first operand (the targeting run's failure cluster).
@@ -68,7 +70,7 @@ end
 local function warm_start()
   local m = new_model()
   local t0 = rl.clock()
-  local split = os.getenv("SYNTH_WARM_SPLIT") or "small"
+  local split = os.getenv("SYNTH_WARM_SPLIT") or "wide"
   local warm_env = setmetatable({ tasks = function(_, n, s) return env.tasks(split, n, s) end }, { __index = env })
   local ctx = { cfg = { env = warm_env, max_turns = 1 }, tokenizer = tok }
   local data = rl.train.oracle_examples(ctx, tonumber(os.getenv('SYNTH_WARM') or '') or 4000, rl.train.mix(seed, 1))
@@ -82,7 +84,15 @@ local warm, warm_info = warm_start()
 -- One training run: arm "fixed" (the fixed tasks only), "synth" or "synth_target".
 local function run(arm)
   local m = warm:clone()
-  local cur = rl.curriculum.new { source = rl.curriculum.pool { tasks = wp.fixed, key = wp.key,
+  local base = wp.fixed
+  if arm == "oracle" then -- the held-out distribution's kind of task (not its tasks), deduplicated
+    base = {}
+    local seen = {}
+    for _, t in ipairs(env.tasks("wide", 2000, rl.train.mix(seed, 9))) do
+      if not seen[wp.key(t)] then seen[wp.key(t)] = true base[#base + 1] = t end
+    end
+  end
+  local cur = rl.curriculum.new { source = rl.curriculum.pool { tasks = base, key = wp.key,
     cell = function(t) return is_negative(t) and "neg" or "pos" end },
     sampler = rl.curriculum.learnability {}, seed = seed }
   local loop = rl.synth.loop {
@@ -99,11 +109,11 @@ local function run(arm)
     model = m, tokenizer = tok, env = env, name = "synth_" .. mode .. "_" .. arm, dir = root .. "/runs",
     seed = seed, overwrite = true, progress = false,
     steps = STEPS, tasks_per_step = 16, group_size = 8, minibatch = 64, max_turn_tokens = 8,
-    advantage = "grpo", loss = "ppo", clip_high = 0.28, entropy_coef = tonumber(os.getenv("SYNTH_ENT") or "") or 0.01, lr = tonumber(os.getenv("SYNTH_LR") or "") or 5e-4, temperature = 1,
+    advantage = "grpo", loss = "ppo", clip_high = 0.28, entropy_coef = tonumber(os.getenv("SYNTH_ENT") or "") or 0.01, lr = tonumber(os.getenv("SYNTH_LR") or "") or 5e-4, temperature = tonumber(os.getenv("SYNTH_TEMP") or "") or 1,
     eval = { every = 10, tasks = 128, k = 1, split = "test" }, evaluate = evaluate,
-    curriculum = cur, synth = arm ~= "fixed" and loop or nil,
+    curriculum = cur, synth = (arm ~= "fixed" and arm ~= "oracle") and loop or nil,
     on_step = function(step)
-      if arm ~= "fixed" then
+      if arm ~= "fixed" and arm ~= "oracle" then
         local neg, n = 0, 0
         for _, rec in ipairs(loop.records) do
           if rec.step == loop.t then
@@ -133,7 +143,10 @@ end
 print(string.format("synth (%s): seed %d, %d steps per arm, BLAS %s x%d; warm start: %d examples, loss %.3f, %.0f s",
   mode, seed, STEPS, rl.blas_info().core, rl.blas_info().threads, warm_info.examples, warm_info.final_loss, warm_info.seconds))
 if os.getenv("SYNTH_ONLY") then
-  run(os.getenv("SYNTH_ONLY"))
+  local r = run(os.getenv("SYNTH_ONLY"))
+  print(string.format("%s: before %.1f%% after %.1f%% (cluster %.1f%% -> %.1f%%), %.0f s", os.getenv("SYNTH_ONLY"),
+    100 * r.result.before["eval/greedy_success"], 100 * r.result.after["eval/greedy_success"],
+    100 * r.result.before["eval/neg_greedy_success"], 100 * r.result.after["eval/neg_greedy_success"], r.seconds))
 elseif mode == "closed" then
   local fixed, synth = run("fixed"), run("synth")
   local b, af, as = fixed.result.before, fixed.result.after, synth.result.after
