@@ -22,13 +22,16 @@
 --
 -- Splits: "train" is the seeds' fixed tasks (4 per topic, one-digit operands, one name each);
 -- "small" tasks with one-digit operands, any name and object (recipes/synth.lua's warm start);
--- "warm" the same but one task in four with operands up to 15;
+-- "warm" the same but one task in four with operands up to 15; "wide" any operands over the
+-- topics' full ranges, never a held-out task (recipes/synth.lua's warm start and its bound);
 -- "test" is held out: any topic, operands over the topics' full ranges, among the one in four
 -- topic-and-operand combinations that no warm-start or synthesised task can have (a hash
 -- decides; never one of the fixed tasks); "test_neg" the held-out tasks whose first operand is
 -- negative (temp, bank, dive).
--- M.with{weakness = "negative"} is the environment with an oracle that drops the minus sign of
--- negative operands (the injected weakness of recipes/synth.lua's targeting run).
+-- M.with{weakness = "negative", keep = q} is the environment with an oracle that drops the
+-- minus sign of negative operands (keeping it with probability q: the injected weakness of
+-- recipes/synth.lua's targeting run); M.with{wide = q} one that writes a two-digit operand
+-- whole with probability q only (the closed run's).
 local rl = require "moonrl"
 
 local M = { name = "word_problems", max_turns = 1, format = "line" }
