@@ -22,13 +22,16 @@
 --
 -- Splits: "train" is the seeds' fixed tasks (4 per topic, one-digit operands, one name each);
 -- "small" tasks with one-digit operands, any name and object (recipes/synth.lua's warm start);
--- "warm" the same but one task in four with operands up to 15;
+-- "warm" the same but one task in four with operands up to 15; "wide" any operands over the
+-- topics' full ranges, never a held-out task (recipes/synth.lua's warm start and its bound);
 -- "test" is held out: any topic, operands over the topics' full ranges, among the one in four
 -- topic-and-operand combinations that no warm-start or synthesised task can have (a hash
 -- decides; never one of the fixed tasks); "test_neg" the held-out tasks whose first operand is
 -- negative (temp, bank, dive).
--- M.with{weakness = "negative"} is the environment with an oracle that drops the minus sign of
--- negative operands (the injected weakness of recipes/synth.lua's targeting run).
+-- M.with{weakness = "negative", keep = q} is the environment with an oracle that drops the
+-- minus sign of negative operands (keeping it with probability q: the injected weakness of
+-- recipes/synth.lua's targeting run); M.with{wide = q} one that writes a two-digit operand
+-- whole with probability q only (the closed run's).
 local rl = require "moonrl"
 
 local M = { name = "word_problems", max_turns = 1, format = "line" }
@@ -182,9 +185,11 @@ local function draw(rng, split)
     local t = TOPICS[k]
     local a, b = rng:random(t.a[1], t.a[2]), rng:random(t.b[1], t.b[2])
     local ok = a ~= 0 and not FIXED_KEY[string.format("%s %d %d", t.name, a, b)]
-    local warm = split == "warm" or split == "small"
+    local warm = split == "warm" or split == "small" or split == "wide"
     ok = ok and warm ~= is_held_out(k, a, b)
-    if warm then
+    if split == "wide" then
+      -- the held-out distribution's ranges, on the tasks that are not held out
+    elseif warm then
       -- one-digit operands ("warm": one task in four up to 15)
       local limit = split == "warm" and rng:random() < 0.25 and 15 or 9
       ok = ok and math.abs(a) <= limit and b <= limit
@@ -201,7 +206,7 @@ function M.tasks(split, n, seed)
   local rng, out = rl.rng(seed or 0), {}
   for i = 1, n do
     if split == "train" then out[i] = FIXED[rng:random(#FIXED)]
-    elseif split == "warm" or split == "small" or split == "test" or split == "test_neg" then out[i] = draw(rng, split)
+    elseif split == "warm" or split == "small" or split == "wide" or split == "test" or split == "test_neg" then out[i] = draw(rng, split)
     else error("word_problems: split: \"train\", \"small\", \"warm\", \"test\" or \"test_neg\" expected, got " .. tostring(split), 2) end
   end
   return out
@@ -237,28 +242,47 @@ function Episode:state_key()
   return string.format("%s/%s", self.task.topic, (self.task.a or 0) < 0 and "neg" or "pos")
 end
 
--- The oracle writes the expression (optionally with the weakness: a negative a loses its sign).
+-- The oracle writes the expression. weak: nil, or {sign = q} (a negative a keeps its sign with
+-- probability q, else loses it: the injected weakness) and/or {wide = q} (an operand of two
+-- digits is written whole with probability q, else as its ones digit: "12" as "2"). Without an
+-- rng a weak oracle is always wrong where it can be.
 local function oracle(weak)
-  return function(task)
+  return function(task, rng)
     local k = BY_NAME[task.topic]
-    local a = task.a
-    if weak and a < 0 then a = -a end
-    return { string.format("%d%s%d", a, TOPICS[k].op, task.b) }
+    local function keep(q) return q ~= nil and rng ~= nil and rng:random() < q end
+    local function write(x, first)
+      if weak and weak.sign and first and x < 0 and not keep(weak.sign) then x = -x end
+      if weak and weak.wide and math.abs(x) >= 10 and not keep(weak.wide) then
+        x = (x < 0 and -1 or 1) * (math.abs(x) % 10)
+      end
+      return x
+    end
+    return { string.format("%d%s%d", write(task.a, true), TOPICS[k].op, write(task.b, false)) }
   end
 end
-M.oracle = oracle(false)
+M.oracle = oracle(nil)
 
--- M.with{weakness = "negative"}: this environment with an oracle that drops negative operands'
--- signs (SFT on it teaches the weakness).
+-- M.with{weakness = "negative", keep = 0, wide = nil}: this environment with an oracle that
+-- drops negative operands' signs (keeping them with probability keep: SFT on it teaches the
+-- weakness) and, with wide = q, writes two-digit operands whole with probability q only.
 function M.with(opts)
   local copy = {}
   for k, v in pairs(M) do copy[k] = v end
+  local weak = {}
   if opts.weakness == "negative" then
-    copy.oracle = oracle(true)
+    weak.sign = opts.keep or 0
     copy.name = M.name .. "_weak"
   elseif opts.weakness ~= nil then
     error("word_problems.with: weakness: \"negative\" expected, got " .. tostring(opts.weakness), 2)
   end
+  if opts.wide ~= nil then
+    if type(opts.wide) ~= "number" or opts.wide < 0 or opts.wide > 1 then
+      error("word_problems.with: wide: a probability expected, got " .. tostring(opts.wide), 2)
+    end
+    weak.wide = opts.wide
+    copy.name = copy.name .. "_narrow"
+  end
+  copy.oracle = oracle(next(weak) and weak or nil)
   return copy
 end
 

@@ -262,7 +262,7 @@ describe("envs/word_problems.lua", function()
       assert.is_true(wp.is_held_out(t))
       held[wp.render(t)] = true
     end
-    for _, split in ipairs { "train", "small", "warm" } do
+    for _, split in ipairs { "train", "small", "warm", "wide" } do
       for _, t in ipairs(wp.tasks(split, 400, 3)) do assert.is_nil(held[wp.render(t)], split .. " " .. wp.render(t)) end
     end
     for _, t in ipairs(wp.tasks("small", 200, 4)) do assert.is_true(math.abs(t.a) <= 9 and t.b <= 9) end
@@ -281,6 +281,35 @@ describe("envs/word_problems.lua", function()
     end
     assert.is_true(neg > 10)
     assert.are.equal(neg, neg_fail)
+  end)
+
+  it("has weak oracles that are right with a given probability: a negative's sign (keep), two-digit operands (wide)", function()
+    local rl = require "moonrl"
+    local weak = wp.with { weakness = "negative", keep = 0.25 }
+    local narrow = wp.with { wide = 1 / 3 }
+    local rng = rl.rng(7)
+    local n, kept, two, whole = 0, 0, 0, 0
+    for _, t in ipairs(wp.tasks("wide", 600, 8)) do
+      local ep = wp.new()
+      ep:reset(t)
+      if t.a < 0 then
+        n = n + 1
+        local _, r = ep:step(weak.oracle(t, rng)[1])
+        kept = kept + r
+      end
+      if math.abs(t.a) >= 10 and t.b < 10 then
+        two = two + 1
+        local _, r = ep:step(narrow.oracle(t, rng)[1])
+        whole = whole + r
+      elseif math.abs(t.a) < 10 and t.b < 10 then
+        local _, r = ep:step(narrow.oracle(t, rng)[1])
+        assert.are.equal(1, r, wp.render(t)) -- one-digit operands: always right
+      end
+    end
+    assert.is_true(n > 100 and two > 50)
+    assert.is_true(math.abs(kept / n - 0.25) < 0.1, tostring(kept / n))
+    assert.is_true(math.abs(whole / two - 1 / 3) < 0.12, tostring(whole / two))
+    for _, t in ipairs(wp.tasks("wide", 200, 9)) do assert.is_false(wp.is_held_out(t)) end
   end)
 
   it("reads a proposal \"<topic> <size>\" into a task that exec and the oracle verify, or refuses it", function()

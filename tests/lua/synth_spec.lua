@@ -582,6 +582,29 @@ describe("rl.synth", function()
     end
   end)
 
+  it("keys admitted tasks as a pool with its own key function does, so its training rollouts retire them", function()
+    local tasks = {}
+    for i = 1, 3 do tasks[i] = problem(20 + i, "+", 3) end
+    local cur = rl.curriculum.new { source = rl.curriculum.pool { tasks = { problem(1, "+", 1) },
+      key = function(t) return "sum " .. t.answer end }, seed = 1 }
+    local loop = S.loop { propose = fixed_proposer(tasks), contract = CONTRACT, verify = { S.exec {} },
+      pool = cur, per_step = 3, retire = { above = 0.9, window = 4 }, calibrate = S.pass_rate { k = 8 }, novelty = false }
+    local r = loop:step { solve = simulated(true, function() return 0.5 end) }
+    assert.are.equal(3, r.admitted)
+    assert.are.same({ "sum 24", "sum 25", "sum 26" }, loop.active)
+    local eps = {}
+    for _, key in ipairs { "sum 24", "sum 25", "sum 26", "sum 2" } do
+      for _ = 1, 4 do
+        eps[#eps + 1] = { task = cur.tasks[key], success = true, ["end"] = "done", record = { { state = "q" } } }
+      end
+    end
+    local o = loop:observe { episodes = eps }
+    assert.are.equal(3, o.retired)
+    assert.are.equal(3, loop:stats().retired)
+    assert.is_truthy(cur.retired["sum 24"])
+    assert.are.equal("train", loop:archive()[1].p[2].source)
+  end)
+
   it("continues exactly from its state (as rl.train resumes it)", function()
     local function mk()
       return S.loop { propose = S.mutate { fn = function(t, rng)

@@ -173,8 +173,15 @@ function Loop:reset()
   if self.target then self.target:load({ clusters = {} }) end
 end
 
--- The key of a synthesised task in the pool.
+-- The key of a synthesised task in the pool: the loop's key, else the pool's own (a pool with a
+-- key function keys what it admits by it, and the training episodes carry that key: another
+-- one here would leave retirement and the p history blind), else a hash of the task.
 function Loop:key_of(task)
+  local src = not self.key_fn and self.pool and self.pool.src
+  if type(src) == "table" and src.key_fn and type(src.key_of) == "function" then
+    local k = src:key_of(task)
+    if type(k) == "string" then return k end
+  end
   if self.key_fn then
     local k = self.key_fn(task)
     if type(k) ~= "string" then error("rl.synth.loop: key returned " .. argcheck.describe(k) .. " (a string expected)", 0) end
