@@ -143,12 +143,12 @@ static enum MHD_Result enqueue(mrl_server *s, struct MHD_Connection *c, int kind
   memset(&cs->body, 0, sizeof cs->body);
 
   pthread_mutex_lock(&s->mu);
-  if (s->stopping || (s->loading && kind != JOB_LOAD_WEIGHTS)) {
+  if (s->stopping) {
     pthread_mutex_unlock(&s->mu);
     free(j->body);
     pthread_cond_destroy(&j->cond);
     free(j);
-    return send_error(c, 503, "the server is shutting down or loading weights", "server_error",
+    return send_error(c, 503, "the server is shutting down", "server_error",
                       "service_unavailable", "1");
   }
   if (s->queued >= s->max_queue) {
