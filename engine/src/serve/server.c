@@ -195,7 +195,12 @@ static bool authorized(mrl_server *s, struct MHD_Connection *c) {
   if (!s->api_key) return true;
   const char *h = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Authorization");
   if (!h || strncmp(h, "Bearer ", 7) != 0) return false;
-  return strcmp(h + 7, s->api_key) == 0;
+  /* compared in time that does not depend on where the first difference is */
+  const char *k = h + 7;
+  size_t n = strlen(k), m = strlen(s->api_key);
+  unsigned char diff = n != m;
+  for (size_t i = 0; i < m; i++) diff |= (unsigned char)(s->api_key[i] ^ (i < n ? k[i] : 0));
+  return diff == 0;
 }
 
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url,
@@ -350,8 +355,7 @@ mrl_status mrl_server_start(mrl_engine *e, mrl_model *m, mrl_tokenizer *t,
       MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD, 0, NULL, NULL, on_request,
       s, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&addr, MHD_OPTION_NOTIFY_COMPLETED, on_completed,
       s, MHD_OPTION_CONNECTION_LIMIT, limit, MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)600,
-      MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)256 << 10, MHD_OPTION_LISTENING_ADDRESS_REUSE,
-      1, MHD_OPTION_END);
+      MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)256 << 10, MHD_OPTION_END);
   if (!s->daemon) {
     free_fields(s);
     return mrl__fail(e, MRL_ERR_IO, fn, "cannot listen on %s:%d (in use, or not allowed)", host,

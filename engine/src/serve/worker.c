@@ -22,6 +22,7 @@ enum { MAX_STOPS = 16, MAX_TOP = 20 };
 typedef struct {
   srv_job *job;
   bool chat, stream, include_usage, return_token_ids, logprobs, echo;
+  bool as_ids; /* return_tokens_as_token_ids: logprobs name tokens "token_id:N" */
   int top_logprobs; /* entries per token; completions' integer logprobs */
   mrl_sampling sampling;
   uint64_t seed;
@@ -328,12 +329,12 @@ static void default_stops(worker *w, gen *g) {
 static const char *const completion_keys[] = {
     "model", "prompt", "max_tokens", "temperature", "top_p", "top_k", "min_p", "seed", "stop",
     "stop_token_ids", "ignore_eos", "logprobs", "echo", "n", "best_of", "stream",
-    "stream_options", "return_token_ids", "presence_penalty", "frequency_penalty",
+    "stream_options", "return_token_ids", "return_tokens_as_token_ids", "presence_penalty", "frequency_penalty",
     "repetition_penalty", "user", "logit_bias", "suffix", NULL};
 static const char *const chat_keys[] = {
     "model", "messages", "max_tokens", "max_completion_tokens", "temperature", "top_p", "top_k",
     "min_p", "seed", "stop", "stop_token_ids", "ignore_eos", "logprobs", "top_logprobs", "n",
-    "stream", "stream_options", "return_token_ids", "presence_penalty", "frequency_penalty",
+    "stream", "stream_options", "return_token_ids", "return_tokens_as_token_ids", "presence_penalty", "frequency_penalty",
     "repetition_penalty", "user", "add_generation_prompt", "tools", "tool_choice",
     "parallel_tool_calls", "response_format", "logit_bias", NULL};
 
@@ -377,6 +378,7 @@ static bool parse_gen(worker *w, srv_job *j, const mrl_json *root, gen *g) {
   bool ignore_eos = false, add_gen = true;
   if (!get_bool(w, j, root, "stream", &g->stream) ||
       !get_bool(w, j, root, "return_token_ids", &g->return_token_ids) ||
+      !get_bool(w, j, root, "return_tokens_as_token_ids", &g->as_ids) ||
       !get_bool(w, j, root, "ignore_eos", &ignore_eos) ||
       !get_bool(w, j, root, "echo", &g->echo))
     return false;
@@ -626,6 +628,14 @@ static void stream_chunk(worker *w, gen *g, const char *finish, bool first) {
   mrl__sb_free(&b);
 }
 
+/* A token's name in logprobs: its text, or "token_id:N" with return_tokens_as_token_ids. */
+static void token_name(srv_buf *b, const gen *g, int32_t id, const char *txt, size_t len) {
+  if (g->as_ids)
+    mrl__sb_printf(b, "\"token_id:%d\"", (int)id);
+  else
+    mrl__sb_json_str(b, txt, len);
+}
+
 /* Gathers the logprobs entry of a token sampled after logits `logits` (vocab floats). */
 static void add_logprob(worker *w, gen *g, int32_t tok, float lp, const float *logits,
                         size_t offset) {
@@ -663,7 +673,7 @@ static void add_logprob(worker *w, gen *g, int32_t tok, float lp, const float *l
   if (g->chat) {
     srv_buf *b = &g->lp[0];
     mrl__sb_printf(b, "%s{\"token\":", sep);
-    mrl__sb_json_str(b, txt, len);
+    token_name(b, g, tok, txt, len);
     mrl__sb_str(b, ",\"logprob\":");
     mrl__sb_json_float(b, lp);
     mrl__sb_str(b, ",\"bytes\":");
@@ -674,7 +684,7 @@ static void add_logprob(worker *w, gen *g, int32_t tok, float lp, const float *l
       const char *tt = token_text(w, top[i], &tl);
       if (!tt) tt = "", tl = 0;
       mrl__sb_str(b, i ? ",{\"token\":" : "{\"token\":");
-      mrl__sb_json_str(b, tt, tl);
+      token_name(b, g, top[i], tt, tl);
       mrl__sb_str(b, ",\"logprob\":");
       mrl__sb_json_float(b, topv[i]);
       mrl__sb_str(b, ",\"bytes\":");
@@ -686,7 +696,7 @@ static void add_logprob(worker *w, gen *g, int32_t tok, float lp, const float *l
     txt = token_text(w, tok, &len);
     if (!txt) txt = "", len = 0;
     mrl__sb_str(&g->lp[0], sep);
-    mrl__sb_json_str(&g->lp[0], txt, len);
+    token_name(&g->lp[0], g, tok, txt, len);
     mrl__sb_str(&g->lp[1], sep);
     mrl__sb_json_float(&g->lp[1], lp);
     mrl__sb_str(&g->lp[2], sep);
@@ -699,7 +709,7 @@ static void add_logprob(worker *w, gen *g, int32_t tok, float lp, const float *l
         const char *tt = token_text(w, top[i], &tl);
         if (!tt) tt = "", tl = 0;
         if (i) mrl__sb_str(&g->lp[2], ",");
-        mrl__sb_json_str(&g->lp[2], tt, tl);
+        token_name(&g->lp[2], g, top[i], tt, tl);
         mrl__sb_str(&g->lp[2], ":");
         mrl__sb_json_float(&g->lp[2], topv[i]);
       }
