@@ -171,6 +171,14 @@ describe("moonrl serve", function()
       assert.is_true(n >= 1 and n <= 3)
     end
     assert.same({ prompt_tokens = 5, completion_tokens = 6, total_tokens = 11 }, r.usage)
+    -- return_tokens_as_token_ids names each token "token_id:N"
+    local _, _, named = post("/v1/completions", { prompt = "Hello", max_tokens = 6, logprobs = 0,
+                                                  seed = 1, return_token_ids = true,
+                                                  return_tokens_as_token_ids = true })
+    for i, id in ipairs(named.choices[1].token_ids) do
+      assert.equal("token_id:" .. id, named.choices[1].logprobs.tokens[i])
+    end
+    assert.same(ch.token_ids, named.choices[1].token_ids)
     -- a stop string cuts the text before it and ends with finish_reason "stop"
     local _, _, full = post("/v1/completions", { prompt = "Hello", max_tokens = 24, seed = 1,
                                                  return_token_ids = true, ignore_eos = true })
@@ -242,6 +250,24 @@ describe("moonrl serve", function()
     assert.equal(4, usage_chunk.usage.completion_tokens)
     h:close()
     c:close()
+  end)
+
+  it("frees the slot of a stream whose client goes away, and goes on serving", function()
+    local c = raw()
+    local events = 0
+    -- (the client stops reading after three events; whether the server sees the connection close
+    -- before its 90 tokens are done depends on timing, so only the outcome is checked)
+    c:request{ method = "POST", path = "/v1/completions",
+      body = { prompt = { 1, 2 }, max_tokens = 90, ignore_eos = true, stream = true, seed = 4 },
+      stream = function() events = events + 1 return events < 3 end }
+    c:close()
+    assert.equal(3, events)
+    local h
+    repeat h = health() until h.running == 0
+    assert.equal(0, h.queued)
+    local o = oai()
+    assert(o:generate{ prompt_ids = { 3 }, max_tokens = 2 })
+    o:close()
   end)
 
   it("answers bad requests with OpenAI-shaped errors", function()
