@@ -67,6 +67,13 @@ int mrl_cli_serve(int argc, char **argv) {
     return 2;
   }
 
+  /* blocked before any thread exists (the engine's, OpenBLAS's, the server's), so that every
+   * thread inherits the mask and the signals reach sigwait below */
+  sigset_t stop;
+  sigemptyset(&stop);
+  sigaddset(&stop, SIGINT);
+  sigaddset(&stop, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &stop, NULL);
   mrl_engine *e;
   if (mrl_engine_new(&e) != MRL_OK) {
     fputs("moonrl serve: cannot create the engine (out of memory)\n", stderr);
@@ -92,12 +99,6 @@ int mrl_cli_serve(int argc, char **argv) {
       st = mrl_tokenizer_bytes(e, &t);
   }
   mrl_server *s = NULL;
-  /* the server's threads inherit this mask, so the signals reach sigwait below */
-  sigset_t stop;
-  sigemptyset(&stop);
-  sigaddset(&stop, SIGINT);
-  sigaddset(&stop, SIGTERM);
-  pthread_sigmask(SIG_BLOCK, &stop, NULL);
   if (st == MRL_OK) st = mrl_server_start(e, m, t, &cfg, &s);
   if (st != MRL_OK) {
     fprintf(stderr, "moonrl serve: %s\n", mrl_engine_last_error(e));

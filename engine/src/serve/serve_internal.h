@@ -28,7 +28,14 @@ void mrl__sb_free(srv_buf *b);
 void mrl__sb_error(srv_buf *b, const char *message, const char *type, const char *param,
               const char *code);
 
-enum srv_kind { JOB_COMPLETION, JOB_CHAT, JOB_TOKENIZE, JOB_DETOKENIZE, JOB_LOAD_WEIGHTS };
+enum srv_kind {
+  JOB_COMPLETION,
+  JOB_CHAT,
+  JOB_GENERATE,
+  JOB_TOKENIZE,
+  JOB_DETOKENIZE,
+  JOB_LOAD_WEIGHTS
+};
 
 /* One request, shared by its HTTP thread and the engine thread; every field below `srv` is
  * guarded by the server's mutex, and the job is freed when both sides have let go (refs). */

@@ -246,6 +246,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     const char *path;
     int kind;
   } routes[] = {{"/v1/completions", JOB_COMPLETION}, {"/v1/chat/completions", JOB_CHAT},
+                {"/inference/v1/generate", JOB_GENERATE},
                 {"/tokenize", JOB_TOKENIZE},         {"/detokenize", JOB_DETOKENIZE},
                 {"/v1/load_weights", JOB_LOAD_WEIGHTS}};
   if (!strcmp(url, "/v1/models")) {

@@ -23,6 +23,7 @@ typedef struct {
   srv_job *job;
   bool chat, stream, include_usage, return_token_ids, logprobs, echo;
   bool as_ids; /* return_tokens_as_token_ids: logprobs name tokens "token_id:N" */
+  bool tito;   /* /inference/v1/generate: token ids in, token ids and logprobs out */
   int top_logprobs; /* entries per token; completions' integer logprobs */
   mrl_sampling sampling;
   uint64_t seed;
@@ -338,49 +339,73 @@ static const char *const chat_keys[] = {
     "repetition_penalty", "user", "add_generation_prompt", "tools", "tool_choice",
     "parallel_tool_calls", "response_format", "logit_bias", NULL};
 
-/* Reads a completion or chat request into g; on failure the job has its error reply. */
+/* vLLM's token-in/token-out request and its sampling_params. */
+static const char *const generate_keys[] = {"model", "token_ids", "sampling_params", "stream",
+                                            "request_id", "cache_salt", "priority", NULL};
+static const char *const generate_sampling_keys[] = {
+    "max_tokens", "temperature", "top_p", "top_k", "min_p", "seed", "stop", "stop_token_ids",
+    "ignore_eos", "logprobs", "n", "presence_penalty", "frequency_penalty", "repetition_penalty",
+    NULL};
+
+/* Reads a completion, chat or generate request into g; on failure the job has its error reply. */
 static bool parse_gen(worker *w, srv_job *j, const mrl_json *root, gen *g) {
   mrl_server *s = w->s;
   g->chat = j->kind == JOB_CHAT;
-  if (!only_keys(w, j, root, g->chat ? chat_keys : completion_keys)) return false;
-  if (!check_model(w, j, root)) return false;
-  if (!only_value(w, j, root, "n", 1) || !only_value(w, j, root, "best_of", 1) ||
-      !only_value(w, j, root, "presence_penalty", 0) ||
-      !only_value(w, j, root, "frequency_penalty", 0) ||
-      !only_value(w, j, root, "repetition_penalty", 1))
+  g->tito = j->kind == JOB_GENERATE;
+  if (!only_keys(w, j, root, g->tito ? generate_keys : g->chat ? chat_keys : completion_keys))
     return false;
-  const mrl_json *v = mrl__json_get(root, "logit_bias");
+  if (!check_model(w, j, root)) return false;
+  /* where the sampling fields are: the body itself, or generate's sampling_params */
+  const mrl_json *sp = root;
+  static const mrl_json no_params = {.type = MRL_JSON_OBJECT};
+  if (g->tito) {
+    const mrl_json *p = mrl__json_get(root, "sampling_params");
+    if (is_null(p)) {
+      sp = &no_params;
+    } else if (p->type != MRL_JSON_OBJECT) {
+      return BAD("sampling_params", "'sampling_params' must be an object");
+    } else {
+      if (!only_keys(w, j, p, generate_sampling_keys)) return false;
+      sp = p;
+    }
+  }
+  if (!only_value(w, j, sp, "n", 1) || !only_value(w, j, sp, "best_of", 1) ||
+      !only_value(w, j, sp, "presence_penalty", 0) ||
+      !only_value(w, j, sp, "frequency_penalty", 0) ||
+      !only_value(w, j, sp, "repetition_penalty", 1))
+    return false;
+  const mrl_json *v = mrl__json_get(sp, "logit_bias");
   if (!is_null(v) && (v->type != MRL_JSON_OBJECT || v->length))
     return BAD("logit_bias", "'logit_bias' is not supported by moonrl serve");
-  v = mrl__json_get(root, "user");
+  v = mrl__json_get(sp, "user");
   if (!is_null(v) && v->type != MRL_JSON_STRING) return BAD("user", "'user' must be a string");
 
   double temperature = 1, top_p = 1, min_p = 0;
   int64_t top_k = 0, seed = -1, max_tokens = g->chat ? -1 : 16;
-  if (!get_number(w, j, root, "temperature", 0, 2, &temperature) ||
-      !get_number(w, j, root, "top_p", 0, 1, &top_p) ||
-      !get_number(w, j, root, "min_p", 0, 1, &min_p) ||
-      !get_int(w, j, root, "top_k", -1, INT32_MAX, &top_k) ||
-      !get_int(w, j, root, "seed", INT64_MIN, INT64_MAX, &seed) ||
-      !get_int(w, j, root, "max_tokens", 1, s->ctx, &max_tokens))
+  if (!get_number(w, j, sp, "temperature", 0, 2, &temperature) ||
+      !get_number(w, j, sp, "top_p", 0, 1, &top_p) ||
+      !get_number(w, j, sp, "min_p", 0, 1, &min_p) ||
+      !get_int(w, j, sp, "top_k", -1, INT32_MAX, &top_k) ||
+      !get_int(w, j, sp, "seed", INT64_MIN, INT64_MAX, &seed) ||
+      !get_int(w, j, sp, "max_tokens", 1, s->ctx, &max_tokens))
     return false;
-  if (g->chat && !get_int(w, j, root, "max_completion_tokens", 1, s->ctx, &max_tokens))
+  if (g->chat && !get_int(w, j, sp, "max_completion_tokens", 1, s->ctx, &max_tokens))
     return false;
   g->sampling.temperature = (float)temperature;
   g->sampling.top_p = (float)top_p;
   g->sampling.min_p = (float)min_p;
   g->sampling.top_k = top_k < 0 ? 0 : (int)top_k;
-  g->seed = mrl__json_get(root, "seed") && !is_null(mrl__json_get(root, "seed"))
+  g->seed = mrl__json_get(sp, "seed") && !is_null(mrl__json_get(sp, "seed"))
                 ? (uint64_t)seed
                 : 0x9E3779B97F4A7C15ull * ++w->next_id;
   g->max_tokens = (int)max_tokens;
 
   bool ignore_eos = false, add_gen = true;
   if (!get_bool(w, j, root, "stream", &g->stream) ||
-      !get_bool(w, j, root, "return_token_ids", &g->return_token_ids) ||
-      !get_bool(w, j, root, "return_tokens_as_token_ids", &g->as_ids) ||
-      !get_bool(w, j, root, "ignore_eos", &ignore_eos) ||
-      !get_bool(w, j, root, "echo", &g->echo))
+      !get_bool(w, j, sp, "return_token_ids", &g->return_token_ids) ||
+      !get_bool(w, j, sp, "return_tokens_as_token_ids", &g->as_ids) ||
+      !get_bool(w, j, sp, "ignore_eos", &ignore_eos) ||
+      !get_bool(w, j, sp, "echo", &g->echo))
     return false;
   if (g->echo) return BAD("echo", "'echo' is not supported by moonrl serve");
   v = mrl__json_get(root, "stream_options");
@@ -390,7 +415,21 @@ static bool parse_gen(worker *w, srv_job *j, const mrl_json *root, gen *g) {
     if (!only_keys(w, j, v, so_keys) || !get_bool(w, j, v, "include_usage", &g->include_usage))
       return false;
   }
-  if (g->chat) {
+  if (g->tito) {
+    int64_t top = 0;
+    if (!get_int(w, j, sp, "logprobs", 0, MAX_TOP, &top)) return false;
+    g->logprobs = true;
+    g->top_logprobs = (int)top;
+    if (g->stream) return BAD("stream", "/inference/v1/generate does not stream in moonrl serve");
+    v = mrl__json_get(root, "request_id");
+    if (!is_null(v)) {
+      if (v->type != MRL_JSON_STRING) return BAD("request_id", "'request_id' must be a string");
+      snprintf(g->id, sizeof g->id, "%s", v->string);
+    }
+    v = mrl__json_get(root, "token_ids");
+    if (!v) return BAD("token_ids", "'token_ids' is required");
+    if (!get_ids(w, j, v, "token_ids", &g->prompt, &g->n_prompt, false)) return false;
+  } else if (g->chat) {
     int64_t top = 0;
     if (!get_bool(w, j, root, "logprobs", &g->logprobs) ||
         !get_int(w, j, root, "top_logprobs", 0, MAX_TOP, &top) ||
@@ -441,13 +480,14 @@ static bool parse_gen(worker *w, srv_job *j, const mrl_json *root, gen *g) {
       return BAD("prompt", "'prompt' must be a string or an array of token ids (one prompt)");
     }
   }
-  if (g->n_prompt == 0) return BAD(g->chat ? "messages" : "prompt", "the prompt has no tokens");
+  const char *prompt_field = g->tito ? "token_ids" : g->chat ? "messages" : "prompt";
+  if (g->n_prompt == 0) return BAD(prompt_field, "the prompt has no tokens");
   if (g->n_prompt >= s->ctx)
-    return BAD(g->chat ? "messages" : "prompt",
+    return BAD(prompt_field,
                "the prompt has %d tokens; this model's context is %d", g->n_prompt, s->ctx);
 
   if (!ignore_eos) default_stops(w, g);
-  v = mrl__json_get(root, "stop_token_ids");
+  v = mrl__json_get(sp, "stop_token_ids");
   if (!is_null(v)) {
     int32_t *ids;
     int n;
@@ -460,7 +500,7 @@ static bool parse_gen(worker *w, srv_job *j, const mrl_json *root, gen *g) {
     g->n_stop_ids += n;
     free(ids);
   }
-  v = mrl__json_get(root, "stop");
+  v = mrl__json_get(sp, "stop");
   if (!is_null(v)) {
     const mrl_json *list = v;
     size_t n = 1;
@@ -505,7 +545,7 @@ static void logprobs_json(srv_buf *b, gen *g) {
     mrl__sb_str(b, "null");
     return;
   }
-  if (g->chat) {
+  if (g->chat || g->tito) {
     mrl__sb_str(b, "{\"content\":[");
     mrl__sb_add(b, g->lp[0].p ? g->lp[0].p : "", g->lp[0].len);
     mrl__sb_str(b, "],\"refusal\":null}");
@@ -532,6 +572,17 @@ static void head_json(srv_buf *b, const gen *g, const char *object, const char *
 
 static void full_reply(worker *w, gen *g) {
   srv_buf b = {0};
+  if (g->tito) { /* vLLM's generate reply: no text, no usage */
+    mrl__sb_str(&b, "{\"request_id\":");
+    mrl__sb_json_str(&b, g->id, strlen(g->id));
+    mrl__sb_str(&b, ",\"choices\":[{\"index\":0,\"token_ids\":");
+    ids_json(&b, g->tokens, g->n_tokens);
+    mrl__sb_str(&b, ",\"logprobs\":");
+    logprobs_json(&b, g);
+    mrl__sb_printf(&b, ",\"finish_reason\":\"%s\"}],\"prompt_logprobs\":null}", g->finish);
+    reply(w->s, g->job, 200, &b);
+    return;
+  }
   head_json(&b, g, g->chat ? "chat.completion" : "text_completion", w->s->model_name);
   mrl__sb_str(&b, ",\"choices\":[{\"index\":0,");
   if (g->chat) {
@@ -670,7 +721,7 @@ static void add_logprob(worker *w, gen *g, int32_t tok, float lp, const float *l
     k = n;
   }
   const char *sep = g->lp_count ? "," : "";
-  if (g->chat) {
+  if (g->chat || g->tito) {
     srv_buf *b = &g->lp[0];
     mrl__sb_printf(b, "%s{\"token\":", sep);
     token_name(b, g, tok, txt, len);
@@ -748,8 +799,9 @@ static void admit(worker *w, gen *g) {
   g->slot = slot;
   w->slots[slot] = g;
   w->active++;
-  snprintf(g->id, sizeof g->id, "%s-%llu", g->chat ? "chatcmpl" : "cmpl",
-           (unsigned long long)w->next_id++);
+  if (!g->id[0])
+    snprintf(g->id, sizeof g->id, "%s-%llu", g->chat ? "chatcmpl" : g->tito ? "gen" : "cmpl",
+             (unsigned long long)w->next_id++);
   g->created = (long long)time(NULL);
   pthread_mutex_lock(&s->mu);
   s->running++;
@@ -1072,7 +1124,9 @@ void mrl__serve_release(srv_job *j) {
   free(j);
 }
 
-static bool is_gen(const srv_job *j) { return j->kind == JOB_COMPLETION || j->kind == JOB_CHAT; }
+static bool is_gen(const srv_job *j) {
+  return j->kind == JOB_COMPLETION || j->kind == JOB_CHAT || j->kind == JOB_GENERATE;
+}
 
 void *mrl__serve_worker(void *arg) {
   mrl_server *s = arg;
