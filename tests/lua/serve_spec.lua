@@ -149,6 +149,28 @@ describe("moonrl serve", function()
     c:close()
   end)
 
+  it("serves vLLM's token-in/token-out /inference/v1/generate with the same tokens and logprobs", function()
+    local prompt = { 9, 8, 7, 6 }
+    local s, _, r = post("/inference/v1/generate", { token_ids = prompt, request_id = "ep-1",
+      sampling_params = { max_tokens = 7, temperature = 1, seed = 12, ignore_eos = true } })
+    assert.equal(200, s)
+    assert.equal("ep-1", r.request_id)
+    local ch = r.choices[1]
+    assert.equal("length", ch.finish_reason)
+    local lps = {}
+    for i, e in ipairs(ch.logprobs.content) do lps[i] = e.logprob end
+    assert_close(forced(model_a, prompt, ch.token_ids), lps, 1e-5)
+    local o = oai()
+    local g = assert(o:generate{ prompt_ids = prompt, max_tokens = 7, temperature = 1, seed = 12,
+                                 extra = { ignore_eos = true } })
+    o:close()
+    assert.same(g.token_ids, ch.token_ids)
+    local s2, _, bad = post("/inference/v1/generate", { token_ids = prompt,
+                                                        sampling_params = { max_tokenz = 1 } })
+    assert_error_shape(s2, bad, 400)
+    assert.equal("max_tokenz", bad.error.param)
+  end)
+
   it("completes string prompts with legacy logprobs, stop strings and top_logprobs", function()
     local status, _, r = post("/v1/completions", { prompt = "Hello", max_tokens = 6, logprobs = 3,
                                                    seed = 1, return_token_ids = true })
