@@ -1,9 +1,10 @@
 -- serve_spec.lua: `moonrl serve` on loopback (started here on a free port, stopped at the end),
 -- driven by the engine's own client (rl.http.openai, profile "moonrl", and rl.http for the raw
 -- wire): token-id completions whose logprobs equal the model's teacher-forced ones, the same
--- seed giving the same tokens as local sampling, chat with per-token logprobs, streaming that
--- matches the non-streamed answer, OpenAI-shaped errors (400, 401, 404, 413, 429), batched
--- decoding proved by the server's counters, and load_weights switching to the new policy.
+-- seed giving the same tokens as local sampling, chat with per-token logprobs (and with the prompt
+-- given as ids), vLLM's /inference/v1/generate, streaming that matches the non-streamed answer,
+-- OpenAI-shaped errors (400, 401, 404, 413, 429), batched decoding proved by the server's
+-- counters, and load_weights switching to the new policy.
 local H = dofile((debug.getinfo(1, "S").source:match("^@(.*/)") or "./") .. "helpers.lua")
 local rl = require "moonrl"
 
@@ -236,6 +237,23 @@ describe("moonrl serve", function()
     local tok = rl.tokenizer.bytes()
     assert.same(tok:chat(msgs, { add_generation_prompt = true }), tk.tokens)
     c:close()
+  end)
+
+  it("takes the exact prompt ids on /v1/chat/completions/tokens (prime-rl's contract)", function()
+    local msgs = { { role = "user", content = "ids" } }
+    local ids = rl.tokenizer.bytes():chat(msgs, { add_generation_prompt = true })
+    local s1, _, by_msgs = post("/v1/chat/completions", { messages = msgs, max_tokens = 6, seed = 2,
+                                                          return_token_ids = true })
+    local s2, _, by_ids = post("/v1/chat/completions/tokens", { messages = msgs, tokens = ids,
+                                                                max_tokens = 6, seed = 2 })
+    assert.equal(200, s1)
+    assert.equal(200, s2)
+    assert.same(by_msgs.choices[1].token_ids, by_ids.choices[1].token_ids)
+    assert.equal(by_msgs.choices[1].message.content, by_ids.choices[1].message.content)
+    assert.same(ids, by_ids.choices[1].prompt_token_ids)
+    local s3, _, bad = post("/v1/chat/completions", { messages = msgs, tokens = ids })
+    assert_error_shape(s3, bad, 400)
+    assert.equal("tokens", bad.error.param)
   end)
 
   it("streams deltas that join to the non-streamed content, with a final usage chunk", function()

@@ -31,6 +31,7 @@ void mrl__sb_error(srv_buf *b, const char *message, const char *type, const char
 enum srv_kind {
   JOB_COMPLETION,
   JOB_CHAT,
+  JOB_CHAT_TOKENS, /* prime-rl's /v1/chat/completions/tokens: the prompt given as ids */
   JOB_GENERATE,
   JOB_TOKENIZE,
   JOB_DETOKENIZE,

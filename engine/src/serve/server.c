@@ -247,6 +247,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     int kind;
   } routes[] = {{"/v1/completions", JOB_COMPLETION}, {"/v1/chat/completions", JOB_CHAT},
                 {"/inference/v1/generate", JOB_GENERATE},
+                {"/v1/chat/completions/tokens", JOB_CHAT_TOKENS},
                 {"/tokenize", JOB_TOKENIZE},         {"/detokenize", JOB_DETOKENIZE},
                 {"/v1/load_weights", JOB_LOAD_WEIGHTS}};
   if (!strcmp(url, "/v1/models")) {

@@ -337,7 +337,7 @@ static const char *const chat_keys[] = {
     "min_p", "seed", "stop", "stop_token_ids", "ignore_eos", "logprobs", "top_logprobs", "n",
     "stream", "stream_options", "return_token_ids", "return_tokens_as_token_ids", "presence_penalty", "frequency_penalty",
     "repetition_penalty", "user", "add_generation_prompt", "tools", "tool_choice",
-    "parallel_tool_calls", "response_format", "logit_bias", NULL};
+    "parallel_tool_calls", "response_format", "logit_bias", "tokens", NULL};
 
 /* vLLM's token-in/token-out request and its sampling_params. */
 static const char *const generate_keys[] = {"model", "token_ids", "sampling_params", "stream",
@@ -350,10 +350,12 @@ static const char *const generate_sampling_keys[] = {
 /* Reads a completion, chat or generate request into g; on failure the job has its error reply. */
 static bool parse_gen(worker *w, srv_job *j, const mrl_json *root, gen *g) {
   mrl_server *s = w->s;
-  g->chat = j->kind == JOB_CHAT;
+  g->chat = j->kind == JOB_CHAT || j->kind == JOB_CHAT_TOKENS;
   g->tito = j->kind == JOB_GENERATE;
   if (!only_keys(w, j, root, g->tito ? generate_keys : g->chat ? chat_keys : completion_keys))
     return false;
+  if (j->kind == JOB_CHAT && mrl__json_get(root, "tokens"))
+    return BAD("tokens", "unknown field 'tokens' (prompt ids go to /v1/chat/completions/tokens)");
   if (!check_model(w, j, root)) return false;
   /* where the sampling fields are: the body itself, or generate's sampling_params */
   const mrl_json *sp = root;
@@ -452,8 +454,15 @@ static bool parse_gen(worker *w, srv_job *j, const mrl_json *root, gen *g) {
       if (!type || type->type != MRL_JSON_STRING || strcmp(type->string, "text"))
         return BAD("response_format", "only response_format {\"type\": \"text\"} is supported");
     }
-    if (!render_chat(w, j, mrl__json_get(root, "messages"), add_gen, &g->prompt, &g->n_prompt))
+    if (j->kind == JOB_CHAT_TOKENS) { /* the ids are the prompt; messages are not rendered */
+      v = mrl__json_get(root, "tokens");
+      if (!v) return BAD("tokens", "'tokens' (the prompt's token ids) is required");
+      if (!get_ids(w, j, v, "tokens", &g->prompt, &g->n_prompt, false)) return false;
+      g->return_token_ids = true;
+    } else if (!render_chat(w, j, mrl__json_get(root, "messages"), add_gen, &g->prompt,
+                            &g->n_prompt)) {
       return false;
+    }
   } else {
     int64_t top = -1;
     if (!get_int(w, j, root, "logprobs", 0, MAX_TOP, &top)) return false;
@@ -480,7 +489,10 @@ static bool parse_gen(worker *w, srv_job *j, const mrl_json *root, gen *g) {
       return BAD("prompt", "'prompt' must be a string or an array of token ids (one prompt)");
     }
   }
-  const char *prompt_field = g->tito ? "token_ids" : g->chat ? "messages" : "prompt";
+  const char *prompt_field = g->tito                         ? "token_ids"
+                             : j->kind == JOB_CHAT_TOKENS ? "tokens"
+                             : g->chat                    ? "messages"
+                                                          : "prompt";
   if (g->n_prompt == 0) return BAD(prompt_field, "the prompt has no tokens");
   if (g->n_prompt >= s->ctx)
     return BAD(prompt_field,
@@ -1125,7 +1137,8 @@ void mrl__serve_release(srv_job *j) {
 }
 
 static bool is_gen(const srv_job *j) {
-  return j->kind == JOB_COMPLETION || j->kind == JOB_CHAT || j->kind == JOB_GENERATE;
+  return j->kind == JOB_COMPLETION || j->kind == JOB_CHAT || j->kind == JOB_CHAT_TOKENS ||
+         j->kind == JOB_GENERATE;
 }
 
 void *mrl__serve_worker(void *arg) {
