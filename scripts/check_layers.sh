@@ -2,9 +2,9 @@
 # check_layers.sh - TAP test of the engine's dependency rules (DESIGN.md) on the source text: every
 # #include "..." of a file in engine/src/<layer>/ must name a header of its own layer or of a layer
 # the rules allow (a path with ../ counts where it points), only lua/ includes Lua's headers, only
-# sandbox/ libseccomp's and only http/ libcurl's. The compiler enforces the same rules through
-# include paths (Makefile, layer_inc); this check also catches relative paths, and a last case
-# shows the compiler refusing a forbidden include.
+# sandbox/ libseccomp's, only http/ libcurl's and only serve/ libmicrohttpd's. The compiler
+# enforces the same rules through include paths (Makefile, layer_inc); this check also catches
+# relative paths, and a last case shows the compiler refusing a forbidden include.
 # usage: sh scripts/check_layers.sh "base: tensor:base model:base,tensor ..." [CC]
 set -u
 RULES=${1:?usage: check_layers.sh RULES [CC]}
@@ -56,6 +56,8 @@ for r in $RULES; do
           [ "$layer" = sandbox ] || echo "$f:${line%%:*}: includes libseccomp's $name" >>"$tmp/bad" ;;
         \<curl/*\>)
           [ "$layer" = http ] || echo "$f:${line%%:*}: includes libcurl's $name" >>"$tmp/bad" ;;
+        \<microhttpd.h\>)
+          [ "$layer" = serve ] || echo "$f:${line%%:*}: includes libmicrohttpd's $name" >>"$tmp/bad" ;;
       esac
     done
   done

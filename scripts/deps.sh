@@ -5,7 +5,7 @@
 # and its runtime libraries).
 set -eu
 PACKAGES="gcc make pkg-config lua5.4 liblua5.4-dev luajit libluajit-5.1-dev libopenblas-dev
-libcurl4-openssl-dev lua-lpeg lua-busted libseccomp-dev libreadline-dev tmux binutils"
+libcurl4-openssl-dev libmicrohttpd-dev lua-lpeg lua-busted libseccomp-dev libreadline-dev tmux binutils"
 [ $# -gt 0 ] && PACKAGES="$*"
 missing=""
 for p in $PACKAGES; do

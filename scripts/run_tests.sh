@@ -14,6 +14,7 @@ export MOONRL_HISTORY=""           # the REPL keeps no history file unless a tes
 export LUA_PATH="$ROOT/lua/?.lua;$BUILD_ABS/lua/?.lua;;"  # LuaJIT: moonrl.ffi + generated cdef
 export MOONRL_LIB="$BUILD_ABS/libmoonrl.so.0"
 export MOONRL_NPM="$BUILD_ABS/npm"  # the JavaScript tokenizer reference (Makefile installs it)
+export MOONRL_COMPAT="$BUILD_ABS/compat"  # the openai npm client for tests/compat (Makefile)
 if [ "$MODE" = asan ]; then
   # stock interpreters (lua5.4, luajit) loading the sanitized library need the runtime first
   MOONRL_PRELOAD="$(gcc -print-file-name=libasan.so) $(gcc -print-file-name=libubsan.so)"
@@ -56,6 +57,7 @@ for t in "$BUILD"/tests/test_*; do
 done
 run_suite "lua: tests/lua" "$BUILD/moonrl" run /usr/bin/busted -o TAP tests/lua
 run_suite "luajit: tests/luajit" env LD_PRELOAD="${MOONRL_PRELOAD:-}" luajit /usr/bin/busted -o TAP tests/luajit
+run_suite "node: tests/compat" node --test --test-reporter=tap tests/compat/openai_sdk.test.mjs
 run_suite "install + embedding" sh tests/install_test.sh "$BUILD" "$MODE"
 
 echo "$passed passed, $failed failed"

@@ -12,4 +12,7 @@ int mrl_cli_repl(mrl_script *s);
 void mrl_cli_catch_sigint(lua_State *L);
 void mrl_cli_release_sigint(void);
 
+/* `moonrl serve` with its arguments (after "serve"); returns the process exit status. */
+int mrl_cli_serve(int argc, char **argv);
+
 #endif /* MRL_CLI_H */

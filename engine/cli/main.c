@@ -21,6 +21,7 @@ static const char usage[] =
     "  run FILE [ARGS...]  run a Lua script; ARGS are in the global `arg` (arg[0] = FILE)\n"
     "  -e CODE [ARGS...]   run a chunk of Lua code\n"
     "  repl                interactive prompt (readline, history, tab completion, Ctrl-C)\n"
+    "  serve --model DIR   OpenAI-compatible HTTP server for a model (moonrl serve --help)\n"
     "  version             print the versions of moonrl, Lua and OpenBLAS\n"
     "  env                 print shell exports so that lua5.4 and luajit find moonrl:\n"
     "                        eval \"$(moonrl env)\"\n"
@@ -148,6 +149,7 @@ int main(int argc, char **argv) {
   }
   if (cmd && (!strcmp(cmd, "version") || !strcmp(cmd, "--version"))) return cmd_version();
   if (cmd && !strcmp(cmd, "env")) return cmd_env();
+  if (cmd && !strcmp(cmd, "serve")) return mrl_cli_serve(argc - 2, argv + 2);
 
   bool known = !cmd || !strcmp(cmd, "run") || !strcmp(cmd, "-e") || !strcmp(cmd, "repl");
   if (!known && !is_file(cmd)) {

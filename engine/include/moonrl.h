@@ -1677,6 +1677,39 @@ MRL_API mrl_status mrl_sse_finish(mrl_sse *p, int *dropped);
 /* Comment lines seen so far (keep-alive pings). */
 MRL_API int64_t mrl_sse_comments(const mrl_sse *p);
 
+/* ---- the OpenAI-compatible server (`moonrl serve`) ---------------------------------------
+ * An HTTP/1.1 server (libmicrohttpd, one thread per connection) in front of one model and its
+ * tokenizer. HTTP threads only check the key, read the body and queue a job; one engine thread
+ * owns the model, the tokenizer and the engine from mrl_server_start on, parses and validates the
+ * queued jobs, and decodes every running generation together in one batched step over a KV cache
+ * (continuous batching: a new request joins at the next step, a finished one leaves). Endpoints,
+ * fields and error shapes are listed in the README's "Serving" section. */
+typedef struct mrl_server mrl_server;
+
+typedef struct mrl_server_config {
+  const char *host;       /* IPv4 address to bind; NULL: "127.0.0.1" (loopback only) */
+  int port;               /* 0: a free port chosen by the system (see mrl_server_port) */
+  const char *api_key;    /* NULL or "": no key; else every endpoint but GET /health needs
+                             "Authorization: Bearer KEY" (401 otherwise) */
+  const char *model_name; /* the id /v1/models reports and requests may name; NULL: "moonrl" */
+  int max_queue;          /* jobs waiting for the engine thread at most; beyond: 429 (0: 64) */
+  int max_batch;          /* sequences decoded together at most (0: 8) */
+  size_t max_body;        /* request body bytes at most; beyond: 413 (0: 64 MiB) */
+} mrl_server_config;
+
+MRL_API void mrl_server_config_default(mrl_server_config *cfg);
+/* Starts serving: binds, then starts the engine thread. On success the server owns m and t (it
+ * frees them) and uses e from its own thread: the caller must not use e, m or t until
+ * mrl_server_stop returns. On failure nothing is taken and the message is e's last error.
+ * cfg's strings are copied. *out: free with mrl_server_stop. */
+MRL_API mrl_status mrl_server_start(mrl_engine *e, mrl_model *m, mrl_tokenizer *t,
+                                    const mrl_server_config *cfg, mrl_server **out);
+/* The port the server listens on (the chosen one when cfg->port was 0); -1 for NULL. */
+MRL_API int mrl_server_port(const mrl_server *s);
+/* Stops accepting, ends running requests (streams get an error event), joins every thread and
+ * frees the server with its model and tokenizer. NULL is a no-op. */
+MRL_API void mrl_server_stop(mrl_server *s);
+
 /* ---- scripts (Lua 5.4) -------------------------------------------------------------------
  * A Lua 5.4 state with the standard libraries, `require "moonrl"` available, and the engine's
  * tensors shared with C without copying. Errors (syntax or runtime) return MRL_ERR_LUA with the
