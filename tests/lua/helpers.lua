@@ -62,6 +62,16 @@ function H.script(path, text)
   return path
 end
 
+-- Runs the "cut" run of the script at path (loaded with H.root; its function(dir, name, extra))
+-- with resume = true in another moonrl process, and asserts the process succeeded.
+function H.resume_cut(path, dir)
+  local out, _, ok = H.run_lua([[
+    local runner = loadfile(arg[1])(arg[2])
+    runner(arg[3], "cut", { resume = true })
+  ]], path, H.root, dir)
+  assert(ok, out)
+end
+
 function H.tmpdir()
   local path = os.tmpname()
   os.remove(path)

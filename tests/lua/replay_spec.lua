@@ -503,11 +503,7 @@ describe("rl.train{replay = ...}", function()
     assert.are.equal(24, buf:stats().size)
     -- the same run stopped after step 2 and resumed in another `moonrl run` process
     runner(dir, "cut", { stop_after = 2 })
-    local out, _, ok = H.run_lua([[
-      local runner = loadfile(arg[1])(arg[2])
-      runner(arg[3], "cut", { resume = true })
-    ]], config, H.root, dir)
-    assert.is_true(ok, out)
+    H.resume_cut(config, dir)
     local state = rl.json.decode(assert(io.open(dir .. "/cut/state.json")):read("a"))
     assert.are.equal(5, state.step)
     local full_state = rl.json.decode(assert(io.open(dir .. "/full/state.json")):read("a"))

@@ -1270,11 +1270,7 @@ end
     local runner = assert(loadfile(config))(H.root)
     local _, m_full = runner(dir, "full")
     runner(dir, "cut", { stop_after = 2 })
-    local out, _, ok = H.run_lua([[
-      local runner = loadfile(arg[1])(arg[2])
-      runner(arg[3], "cut", { resume = true })
-    ]], config, H.root, dir)
-    assert.is_true(ok, out)
+    H.resume_cut(config, dir)
     local full = rl.json.decode(assert(io.open(dir .. "/full/state.json")):read("a"))
     local cut = rl.json.decode(assert(io.open(dir .. "/cut/state.json")):read("a"))
     assert.are.equal(4, cut.step)
