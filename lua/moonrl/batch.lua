@@ -11,7 +11,8 @@
 --   group, agent          prompt-group id (episodes of one task) and agent id
 --   task, seed            what the episode was given
 --   ["end"]               termination: "done", "max_turns", "budget" (token budget or
---                         context full), "env_error" (the environment or a tool failed)
+--                         context full), "env_error" (the environment or a tool failed),
+--                         "infra" (a remote endpoint failed: rl.remote)
 --   turns, length         turn count, token count
 --   rewards, reward       per-turn rewards and their sum (the episode's return)
 --   success               info.success of the last turn (else reward > 0)
@@ -27,7 +28,7 @@ local M = {}
 local Batch = {}
 Batch.__index = Batch
 
-local END_NAMES = { "done", "max_turns", "budget", "env_error" }
+local END_NAMES = { "done", "max_turns", "budget", "env_error", "infra" }
 M.ends = END_NAMES
 
 local function success_of(ep)

@@ -50,6 +50,11 @@
 --                                             -- "self" train on their rewards; it sees each
 --                                             -- step's batch (retirement, failure clusters);
 --                                             -- synth/* metrics; its state in state.json
+--     remote = nil,                           -- {client = rl.http.openai{...}, push_weights =
+--                                             -- false}: episodes (and evaluations) generated
+--                                             -- by the endpoint (rl.remote.rollout); with
+--                                             -- push_weights, the weights are posted to its
+--                                             -- /v1/load_weights after SFT and each update
 --     tree = nil,                             -- {turn = t, k = K}: each of group_size / K roots
 --                                             -- branches into K episodes after turn t (needs
 --                                             -- the env's clone()); GiGPO then compares the K
@@ -182,6 +187,7 @@ local function start_fresh(ctx)
   if c.synth then c.synth:reset() end
   ctx.state = { history = {}, step = 0, options = options.record(c) }
   if c.sft then ctx.state.sft = warmstart.run(ctx) end
+  if c.remote and c.remote.push_weights then rollout.push_weights(ctx) end -- (the eval's policy)
   if needs_reference(c) then
     local ok, err = ctx.model:save(ctx.dir .. "/reference")
     if not ok then error("train: reference: " .. err, 0) end
@@ -231,6 +237,9 @@ local function step_once(ctx, step)
   if batch then
     local t_rew = core.clock()
     local terms = ctx.stages.reward(ctx, batch, step)
+    for _, ep in ipairs(batch.episodes) do -- an endpoint's failure is no score (rl.remote)
+      if ep.infra then ep.reward_status = "unscorable" end
+    end
     mt["time/reward"] = core.clock() - t_rew
     for k, v in pairs(terms) do mt["reward/" .. k] = v end
     if c.kl_reward_coef ~= 0 then mt["reward/kl_penalty"] = -reward.kl_penalty(ctx, batch) end
@@ -279,6 +288,11 @@ local function step_once(ctx, step)
       mt["time/replay"] = mt["time/replay"] + core.clock() - t3
     end
     mt["time/update"] = core.clock() - t1
+    if c.remote and c.remote.push_weights and amax > 0 then
+      local t4 = core.clock()
+      mt["remote/policy_version"] = rollout.push_weights(ctx)
+      mt["time/push"] = core.clock() - t4
+    end
     if c.synth then
       mt["synth/retired_mastered"] = c.synth:observe(batch).retired -- (after the advantage: fatal masks)
     end
@@ -336,6 +350,7 @@ local function train(opts)
     if c.replay and state.replay ~= nil then c.replay.buffer:load(state.replay) end
     if ctx.graph and state.reward ~= nil then ctx.graph:load(state.reward) end
     if c.synth and state.synth ~= nil then c.synth:load(state.synth) end
+    if c.remote and c.remote.push_weights then rollout.push_weights(ctx) end
   else
     start_fresh(ctx)
   end

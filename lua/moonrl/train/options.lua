@@ -95,6 +95,14 @@ local SUB = {
     { "terms", nil, list_of(str, "a list of reward-term names") },
     { "weights", nil, list_of(number(), "a list of numbers") },
   },
+  remote = fields {
+    { "client", nil, function(v)
+      if type(v) == "table" and type(v.generate) == "function" and type(v.spawn) == "function"
+        and type(v.wait) == "function" then return nil end
+      return "a client with generate, spawn and wait (rl.http.openai{...})"
+    end, required = true },
+    { "push_weights", false, boolean },
+  },
   otb = fields { { "handle_zero_tail", true, boolean }, { "epsilon", 1e-8, number(0) } },
   replay = fields {
     { "buffer", nil, function(v)
@@ -303,6 +311,7 @@ opt("capacity", nil, integer(1))
 opt("dynamic_sampling", false, boolean)
 opt("max_sampling_tries", 4, integer(1))
 opt("tree", nil, table_of("tree", "a table {turn =, k =}"))
+opt("remote", nil, table_of("remote", "a table {client =, push_weights =}"))
 -- rewards
 opt("reward", nil, reward_check)
 opt("rewards", nil, rewards_check)
@@ -423,6 +432,8 @@ function M.record(c)
       out[k] = json.decode(json.encode(v:config()))
     elseif k == "synth" then
       out[k] = json.decode(json.encode(v:config()))
+    elseif k == "remote" then
+      out[k] = { client = "<object>", push_weights = v.push_weights }
     elseif type(v) == "table" and (k == "tasks" or k == "checkpoint") then
       out[k] = "<object>"
     elseif k == "replay" then
@@ -475,6 +486,10 @@ end
 
 -- Checks that involve several options.
 local function relations(c)
+  if c.remote and c.tree then return "remote: tree rollouts are local only (leave tree unset)" end
+  if c.remote and c.rollout then
+    return "remote: the rollout option replaces the stage that uses it (give one of them)"
+  end
   local t = c.tree
   if t then
     if c.group_size % t.k ~= 0 then return "tree: group_size must be a multiple of tree.k" end

@@ -6,9 +6,11 @@
 --    group_base = integer, tree = nil or {turn =, k =}}
 -- and batch.episodes[i].group is group_base + the index of the episode's task. Training and the
 -- default evaluation both roll out through it.
+local core = require "moonrl.core"
 local batchlib = require "moonrl.batch"
 local seedlib = require "moonrl.train.seed"
 local tasks = require "moonrl.train.tasks"
+local remote = require "moonrl.remote"
 
 local mix = seedlib.mix
 local M = {}
@@ -52,11 +54,24 @@ local function run_once(ctx, req, list, seeds, groups, max_turns)
   return batchlib.from_rollout(ctx.ro, results, groups)
 end
 
--- The default stage: the engine's batched multi-turn rollout (ctx.ro). With req.tree, repeats /
+-- One remote rollout (rl.remote, the endpoint of the remote option) of the listed episodes.
+local function run_remote(ctx, req, list, seeds, groups, max_turns)
+  local c = ctx.cfg
+  return remote.rollout {
+    client = c.remote.client, tokenizer = ctx.tokenizer, env = c.env, tasks = list, seeds = seeds,
+    groups = groups, max_turns = max_turns, max_turn_tokens = c.max_turn_tokens,
+    temperature = req.temperature, top_k = c.top_k, top_p = c.top_p, min_p = c.min_p,
+    system = c.system or c.env.system, capacity = c.capacity or ctx.model:config().ctx,
+  }
+end
+
+-- The default stage: the engine's batched multi-turn rollout (ctx.ro), or with the remote
+-- option the endpoint's (rl.remote.rollout, no tree). With req.tree, repeats /
 -- k roots per task each branch into k episodes after tree.turn turns (all of a task's episodes
 -- are its group). Tasks with different horizons (M.horizon) are rolled out in one ro:run per
 -- horizon, in order of first appearance, and their batches concatenated.
 function M.run(ctx, req)
+  local run_once = ctx.cfg.remote and run_remote or run_once
   local list, seeds, groups, turns = {}, {}, {}, {}
   local tree = req.tree
   local roots = tree and req.repeats // tree.k or req.repeats
@@ -87,6 +102,32 @@ function M.run(ctx, req)
     parts[k] = run_once(ctx, req, l, s, g, h)
   end
   return batchlib.concat(parts)
+end
+
+-- remote = {push_weights = true}: the policy's weights as a checkpoint (ctx.dir/served.bin)
+-- posted as bytes to the endpoint's /v1/load_weights, so that it samples from them next.
+-- Returns the policy_version the endpoint reports; raises when the push fails (the episodes
+-- would come from stale weights).
+function M.push_weights(ctx)
+  local path = ctx.dir .. "/served.bin"
+  local ok, err = ctx.model:save_checkpoint(path)
+  if not ok then error("train: remote: push_weights: " .. tostring(err), 0) end
+  local f, ferr = io.open(path, "rb")
+  if not f then error("train: remote: push_weights: " .. tostring(ferr), 0) end
+  local bytes = f:read("a")
+  f:close()
+  local http = ctx.cfg.remote.client.http
+  if type(http) ~= "table" or type(http.request) ~= "function" then
+    error("train: remote: push_weights: the client has no http client (rl.http.openai's .http)", 0)
+  end
+  local status, headers, body = http:request { method = "POST", path = "/v1/load_weights",
+    body = bytes, headers = { ["Content-Type"] = "application/octet-stream" } }
+  if status ~= 200 then
+    error(string.format("train: remote: push_weights: /v1/load_weights: %s", status
+      and ("HTTP " .. status .. ": " .. tostring(body):sub(1, 200)) or tostring(headers)), 0)
+  end
+  local reply = core.json.decode(body)
+  return type(reply) == "table" and reply.policy_version or nil
 end
 
 -- The batch of training step `step`: tasks_per_step tasks of group_size episodes each. With
