@@ -5,7 +5,8 @@
 #   make test       build, then run every test; the last line reads "N passed, N failed"
 #   make demo       build, then run recipes/quickstart.lua
 #   make asan       the whole test suite under AddressSanitizer + UBSan (build in build-asan/)
-#   make bench      benchmarks (matmul GFLOPS, elementwise GB/s, model training and sampling)
+#   make bench      benchmarks (matmul GFLOPS, elementwise GB/s, model training and sampling, RL,
+#                   the sandbox, serving and the HTTP client; BENCH_ONLY=serve for the last alone)
 #   make fuzz       the safetensors reader under libFuzzer for FUZZ_SECONDS (default 600)
 #   make fuzz-sse   the SSE parser under libFuzzer for FUZZ_SECONDS
 #   make check-torch   moonrl's saved models in PyTorch (needs python3-torch)
