@@ -5,8 +5,10 @@
 #   make test       build, then run every test; the last line reads "N passed, N failed"
 #   make demo       build, then run recipes/quickstart.lua
 #   make asan       the whole test suite under AddressSanitizer + UBSan (build in build-asan/)
-#   make bench      benchmarks (matmul GFLOPS, elementwise GB/s, model training and sampling)
+#   make bench      benchmarks (matmul GFLOPS, elementwise GB/s, model training and sampling, RL,
+#                   the sandbox, serving and the HTTP client; BENCH_ONLY=serve for the last alone)
 #   make fuzz       the safetensors reader under libFuzzer for FUZZ_SECONDS (default 600)
+#   make fuzz-sse   the SSE parser under libFuzzer for FUZZ_SECONDS
 #   make check-torch   moonrl's saved models in PyTorch (needs python3-torch)
 #   make install PREFIX=/usr/local   /   make uninstall PREFIX=...
 
@@ -269,6 +271,25 @@ fuzz:
 
 # the corpus replay test compiles the fuzz target's source
 $(BUILD)/tests/test_fuzz_corpus: tests/fuzz/fuzz_safetensors.c
+
+# fuzz-sse: the SSE parser (engine/src/http/sse.c) the same way, on a copy of tests/fuzz/sse_corpus
+# (build-fuzz/sse_corpus), with a dictionary of field names and line ends; test_fuzz_sse_corpus
+# replays the seeds in make test.
+FUZZ_SSE_SRC := tests/fuzz/fuzz_sse.c engine/src/http/sse.c engine/src/http/buffer.c \
+                $(addprefix engine/src/base/,engine.c pool.c rng.c)
+
+.PHONY: fuzz-sse
+fuzz-sse:
+	@sh scripts/deps.sh clang libclang-rt-14-dev
+	@mkdir -p $(FUZZ_DIR)
+	clang -std=c11 -O1 -g -Wall -Wextra -Werror -D_POSIX_C_SOURCE=200809L \
+	  -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined $(call layer_inc,http) \
+	  -o $(FUZZ_DIR)/fuzz_sse $(FUZZ_SSE_SRC) -lm -ldl -lpthread
+	rm -rf $(FUZZ_DIR)/sse_corpus && cp -r tests/fuzz/sse_corpus $(FUZZ_DIR)/sse_corpus
+	cd $(FUZZ_DIR) && ./fuzz_sse -max_total_time=$(FUZZ_SECONDS) -print_final_stats=1 \
+	  -dict=../tests/fuzz/sse.dict sse_corpus
+
+$(BUILD)/tests/test_fuzz_sse_corpus: tests/fuzz/fuzz_sse.c
 
 LIBDIR  := $(PREFIX)/lib
 INCDIR  := $(PREFIX)/include

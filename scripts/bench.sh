@@ -3,8 +3,9 @@
 # cblas_sgemm call on the same OpenBLAS in the same process; OpenBLAS linked the usual way with
 # each core type (and with its own detection) as baselines; elementwise throughput; the policy
 # model's training and sampling beside PyTorch; a reward graph's share of a training step; the tool
-# sandbox beside fork+exec and bubblewrap.
-# BENCH_ROUNDS (default 3) alternating rounds.
+# sandbox beside fork+exec and bubblewrap; `moonrl serve` (requests/s, time to first token) and the
+# HTTP client's cost per request against a loopback stub.
+# BENCH_ROUNDS (default 3) alternating rounds; BENCH_ONLY=serve runs the serving part only.
 # usage: sh scripts/bench.sh BUILD
 set -eu
 BUILD=${1:?usage: bench.sh BUILD}
@@ -42,6 +43,50 @@ medians() {
       }
     }'
 }
+# ---- serving: `moonrl serve` on the quickstart-sized model at 1, 8 and 32 concurrent streaming
+# clients, and the HTTP client against the mock server (scripts/bench_serve.lua, a fresh server
+# and stub in every round) ----
+serve_section() {
+  : >"$tmp/serve"
+  for round in $(seq "$ROUNDS"); do
+    "$BUILD/moonrl" run scripts/bench_serve.lua "$BUILD" >>"$tmp/serve" ||
+      printf 'serve\terror\tbench_serve.lua failed (exit %s)\n' "$?" >>"$tmp/serve"
+  done
+  echo
+  echo "serving, moonrl serve on the quickstart-sized model (d=64 L=2, ctx 128, --max-batch 32);"
+  echo "clients are rl.http coroutine tasks in one process, each sending streamed /v1/completions"
+  echo "back to back (16-token id prompt, max_tokens 32, ignore_eos); median of $ROUNDS rounds:"
+  medians <"$tmp/serve" | awk -F'\t' '
+    { v[$1, $2] = $3 }
+    END {
+      if (("serve", "error") in v) print "  " v["serve", "error"]
+      printf "  %8s %10s %10s %14s %14s %10s %13s\n", "clients", "req/s", "tokens/s", "TTFT p50 ms",
+             "TTFT p90 ms", "batch seen", "client cores"
+      split("1 8 32", cs, " ")
+      for (i = 1; i <= 3; i++) {
+        c = cs[i]
+        printf "  %8d %10.1f %10.0f %14.3f %14.3f %10d %13.2f\n", c, v["serve", "rps_" c],
+               v["serve", "tokens_per_s_" c], v["serve", "ttft_p50_ms_" c],
+               v["serve", "ttft_p90_ms_" c], v["serve", "max_batch_seen_" c],
+               v["serve", "client_cores_" c]
+      }
+      print "HTTP client against the mock server (a separate process, GET /hold?ms=0 answered \"ok\" at once):"
+      printf "  %-12s %12s %14s %12s %10s\n", "in flight", "wall us/req", "client CPU us", "connections",
+             "max open"
+      split("1 16", fs, " ")
+      for (i = 1; i <= 2; i++) {
+        f = fs[i]
+        printf "  %-12d %12.1f %14.1f %12d %10d\n", f, v["client", "wall_us_" f], v["client", "cpu_us_" f],
+               v["client", "connections_" f], v["client", "max_open_" f]
+      }
+      print "  (targets at 16 in flight: under 100 us per request, 16 connections)"
+    }'
+}
+if [ "${BENCH_ONLY:-}" = serve ]; then
+  serve_section
+  exit 0
+fi
+
 : >"$tmp/raw"
 for round in $(seq "$ROUNDS"); do
   if [ "$round" = 1 ]; then "$BUILD/bench_tensor"; else "$BUILD/bench_tensor" matmul; fi >>"$tmp/raw"
@@ -209,3 +254,5 @@ medians <"$tmp/sandbox" | awk -F'\t' '
     printf "  %-44s %8.4f ms\n", "restricted Lua call, in-process", v["lua_call_ms"]
     printf "  %-44s %8.3f ms\n", "restricted Lua call, sandboxed worker", v["lua_worker_call_ms"]
   }'
+
+serve_section
