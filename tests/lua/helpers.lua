@@ -99,6 +99,26 @@ function H.run_lua(code, ...)
   return out, status, ok
 end
 
+-- Starts `moonrl serve --model model_dir --port 0 <args>` in the background; returns a handle
+-- {base = "http://127.0.0.1:<port>", pid =, stop = fn() -> ok, how, code (SIGTERM, then what
+-- its exit looked like)}.
+function H.serve(model_dir, args)
+  local cmd = string.format("echo $$; exec %s serve --model %s --port 0 %s", H.shell_quote(H.moonrl),
+    H.shell_quote(model_dir), args or "")
+  local proc = assert(io.popen("sh -c " .. H.shell_quote(cmd), "r"))
+  local pid = assert(tonumber(proc:read("l")), "no pid")
+  local line = assert(proc:read("l"), "moonrl serve printed nothing")
+  local s = { pid = pid, base = assert(line:match("listening on (http://127%.0%.0%.1:%d+)"), line) }
+  function s.stop()
+    if not proc then return end
+    os.execute("kill " .. pid)
+    local ok, how, code = proc:close()
+    proc = nil
+    return ok, how, code
+  end
+  return s
+end
+
 -- ---- errors -------------------------------------------------------------------------------
 
 -- The message of the error f(...) raises, as a string. Raises if f returns normally.

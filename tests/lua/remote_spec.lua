@@ -13,23 +13,19 @@ local env = require "envs.guess_letter"
 local json = rl.json
 local tok = rl.tokenizer.bytes()
 local CFG = { vocab = tok:vocab_size(), dim = 32, layers = 2, heads = 2, ffn = 64, ctx = 96, seed = 5 }
-local dir, proc, pid, base
+local dir, pid, base
 local model
 
+local server
 local function start()
-  local cmd = string.format("echo $$; exec %s serve --model %s --port 0 --max-batch 8",
-                            H.shell_quote(H.moonrl), H.shell_quote(dir .. "/served"))
-  proc = assert(io.popen("sh -c " .. H.shell_quote(cmd), "r"))
-  pid = assert(tonumber(proc:read("l")), "no pid")
-  local line = assert(proc:read("l"), "moonrl serve printed nothing")
-  base = assert(line:match("listening on (http://127%.0%.0%.1:%d+)"), line)
+  server = H.serve(dir .. "/served", "--max-batch 8")
+  base, pid = server.base, server.pid
 end
 
 local function stop()
-  if not proc then return end
-  os.execute("kill " .. pid)
-  proc:close()
-  proc = nil
+  if not server then return end
+  server.stop()
+  server = nil
 end
 
 local function client(url, retries)
@@ -142,11 +138,9 @@ describe("remote rollouts", function()
 
   it("marks episodes whose endpoint failed as infra, out of the baselines and the loss", function()
     -- a port nothing listens on: a server started and stopped
-    local saved = { proc = proc, pid = pid, base = base }
-    start()
-    local dead = base
-    stop()
-    proc, pid, base = saved.proc, saved.pid, saved.base
+    local dead_server = H.serve(dir .. "/served", "--max-batch 8")
+    local dead = dead_server.base
+    dead_server.stop()
     local bad = client(dead, 1)
     local fb = remote_batch(bad, { tasks = env.tasks("train", 2, 3), seeds = { 11, 12 }, groups = { 1, 1 } })
     bad:close()

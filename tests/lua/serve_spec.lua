@@ -11,7 +11,7 @@ local rl = require "moonrl"
 local json = rl.json
 local KEY = "sk-serve-test"
 local CFG = { dim = 32, layers = 2, heads = 2, ctx = 96 }
-local dir, proc, pid, base
+local dir, pid, base
 local model_a, model_b -- the served weights and the ones pushed later
 
 local function new_model(seed)
@@ -20,21 +20,17 @@ local function new_model(seed)
   return rl.model.new(c)
 end
 
+local server
 local function start(extra)
-  local cmd = string.format("echo $$; exec %s serve --model %s --port 0 --api-key %s %s",
-                            H.shell_quote(H.moonrl), H.shell_quote(dir .. "/a"), KEY, extra or "")
-  proc = assert(io.popen("sh -c " .. H.shell_quote(cmd), "r"))
-  pid = assert(tonumber(proc:read("l")), "no pid")
-  local line = assert(proc:read("l"), "moonrl serve printed nothing")
-  base = assert(line:match("listening on (http://127%.0%.0%.1:%d+)"), line)
+  server = H.serve(dir .. "/a", "--api-key " .. KEY .. " " .. (extra or ""))
+  base, pid = server.base, server.pid
 end
 
 -- SIGTERM; returns what the server's exit looked like (true when it exited with status 0).
 local function stop()
-  if not proc then return end
-  os.execute("kill " .. pid)
-  local ok, how, code = proc:close()
-  proc = nil
+  if not server then return end
+  local ok, how, code = server.stop()
+  server = nil
   return ok, how, code
 end
 
