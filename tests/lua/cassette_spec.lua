@@ -254,3 +254,51 @@ describe("rl.http.cassette", function()
     c:close()
   end)
 end)
+
+describe("envs/shop.lua through a cassette", function()
+  local shop = dofile(H.root .. "/envs/shop.lua")
+
+  local function play(ep, task, actions)
+    local trace = { ep:reset(task) }
+    local total = 0
+    for _, a in ipairs(actions) do
+      local obs, reward, done = ep:step(a)
+      trace[#trace + 1] = obs or "<done>"
+      total = total + reward
+      if done then break end
+    end
+    return trace, total
+  end
+
+  it("records an episode against the site once and replays it with the site stopped", function()
+    local dir = H.tmpdir()
+    local path = dir .. "/shop.jsonl"
+    local server, base = start_server()
+    local c = rl.http.client{ base_url = base, retries = 0 }
+    local cas = rl.http.cassette{ client = c, path = path }       -- auto: no file yet, records
+    assert.equal("record", cas:stats().mode)
+    local task = { target = "sale" }
+    local actions = { "hats", "nowhere", "home", "shoes", "sale" }
+    cas:episode("sale/0")
+    local live, live_reward = play(shop.new{ http = cas }, task, actions)
+    assert.equal(1, live_reward)
+    assert.same({ "shoes", "sale" }, shop.oracle(task))
+    assert.equal("page hats\nlinks home cart\nvisit 2\ngoal sale", live[2])  -- home was visit 1
+    -- a second live run sees the site's state move on (visit numbers grow)
+    local again = play(shop.new{ http = c }, task, actions)
+    assert.are_not.same(live, again)
+    cas:close()
+    c:close()
+    stop_server(server, base)
+    local rep = rl.http.cassette{ path = path, base_url = base, episode = "sale/0" }
+    assert.equal("replay", rep:stats().mode)
+    local replayed, reward = play(shop.new{ http = rep }, task, actions)
+    assert.same(live, replayed)
+    assert.equal(1, reward)
+    assert.same({ 5, 0 }, { rep:stats().hits, rep:stats().misses })
+    -- a path never recorded is a miss, and the episode ends without reward
+    rep:episode("cart/0")
+    assert.has_error(function() shop.new{ http = rep }:reset{ target = "cart" } end)
+    H.sh("rm -rf " .. H.shell_quote(dir))
+  end)
+end)
