@@ -171,6 +171,38 @@ describe("rl.http.cassette", function()
     assert.is_nil((rep:get(url)))
   end)
 
+  it("keeps each task's episode when tasks record and replay at once", function()
+    local server, base = start_server()
+    local path = dir .. "/tasks.jsonl"
+    local c = rl.http.client{ base_url = base, retries = 0 }
+    local cas = rl.http.cassette{ client = c, path = path, mode = "record" }
+    local function worker(name, n)
+      return function()
+        cas:episode(name)
+        local out = {}
+        for i = 1, n do out[i] = select(3, cas:get("/echo?task=" .. name .. "&i=" .. i)) end
+        return out
+      end
+    end
+    local res = cas:run{ worker("x", 3), worker("y", 2) }
+    assert.equal(3, #res[1][1])
+    cas:close()
+    c:close()
+    stop_server(server, base)
+    local eps = {}
+    for _, e in ipairs(H.read_json_lines(path)) do
+      eps[e.episode] = (eps[e.episode] or 0) + 1
+      assert.matches("task=" .. e.episode, e.request.url, 1, true)
+    end
+    assert.same({ x = 3, y = 2 }, eps)
+    local rep = rl.http.cassette{ path = path, base_url = base }
+    cas = rep                                           -- the workers now ask the replay
+    local again = rep:run{ worker("x", 3), worker("y", 2) }
+    assert.same(res[1][1], again[1][1])
+    assert.same(res[2][1], again[2][1])
+    assert.same({ 5, 0 }, { rep:stats().hits, rep:stats().misses })
+  end)
+
   it("on a miss: errors naming the request, passes through, or records onto the cassette", function()
     local server, base = start_server()
     local path = dir .. "/miss.jsonl"

@@ -222,7 +222,8 @@ function M.new(opts, level)
   o.scrub = argcheck.fields(WHERE .. ": scrub", o.scrub, scrub_fields, level)
   local self = setmetatable({ opts = o, client = o.client, index = {}, cursors = {}, counts = {},
     secrets = {}, patterns = o.scrub.patterns or {}, scrub_names = {}, ignore = {},
-    n = { hits = 0, misses = 0, recorded = 0, passthrough = 0 }, ep = o.episode }, Cassette)
+    n = { hits = 0, misses = 0, recorded = 0, passthrough = 0 }, ep = o.episode,
+    eps = setmetatable({}, { __mode = "k" }) }, Cassette)
   for _, h in ipairs(o.scrub.headers or {}) do self.scrub_names[h:lower()] = true end
   for _, q in ipairs(o.match.ignore_query or {}) do self.ignore[q] = true end
   for _, p in ipairs(self.patterns) do
@@ -269,13 +270,53 @@ local request_fields = {
   { "timeout", nil, argcheck.positive },
 }
 
--- cas:episode(name): the episode later requests belong to (their order is counted per
--- episode); returns the previous one.
+-- cas:episode(name): the episode later requests of the calling coroutine belong to (their
+-- order is counted per episode; a task started with cas:spawn or cas:run sets its own, the
+-- others fall back to the main thread's or the `episode` option); returns the previous one.
 function Cassette:episode(name)
   if type(name) ~= "string" then error("episode: a string expected, got " .. argcheck.describe(name), 2) end
-  local prev = self.ep
-  self.ep = name
+  local co = coroutine.running()
+  local prev = self.eps[co] or self.ep
+  if coroutine.isyieldable() then self.eps[co] = name else self.ep = name end
   return prev
+end
+
+local function current_episode(self)
+  return self.eps[coroutine.running()] or self.ep
+end
+
+-- cas:spawn(fn, ...), cas:wait([task]), cas:run{fn, ...}: the client's tasks (requests in flight
+-- at once while recording). Without a client (replay only), requests never wait: run calls the
+-- functions in turn and spawn runs fn at once.
+function Cassette:run(fns)
+  if self.client then return self.client:run(fns) end
+  if not argcheck.is_list(fns) then error("run: a list of functions expected", 2) end
+  local out = {}
+  for i, fn in ipairs(fns) do
+    local co = coroutine.create(fn)
+    local res = table.pack(coroutine.resume(co))
+    if not res[1] then error(debug.traceback(co, tostring(res[2])), 2) end
+    out[i] = table.pack(table.unpack(res, 2, res.n))
+  end
+  return out
+end
+
+function Cassette:spawn(fn, ...)
+  if self.client then return self.client:spawn(fn, ...) end
+  local co = coroutine.create(fn)
+  local res = table.pack(coroutine.resume(co, ...))
+  local task = { co = co, done = true }
+  if res[1] then task.results = table.pack(table.unpack(res, 2, res.n))
+  else task.error = debug.traceback(co, tostring(res[2])) end
+  return task
+end
+
+function Cassette:wait(task)
+  if self.client then return self.client:wait(task) end
+  if task then
+    if task.error then error(task.error, 2) end
+    return table.unpack(task.results, 1, task.results.n)
+  end
 end
 
 local function live(self, a, url, body)
@@ -284,10 +325,11 @@ local function live(self, a, url, body)
 end
 
 local function record(self, req, key, status, headers, body)
-  local byep = self.counts[self.ep] or {}
-  self.counts[self.ep] = byep
+  local ep = current_episode(self)
+  local byep = self.counts[ep] or {}
+  self.counts[ep] = byep
   byep[key] = (byep[key] or 0) + 1
-  local entry = { episode = self.ep, seq = byep[key], key = key:gsub("\n.*", ""),
+  local entry = { episode = ep, seq = byep[key], key = key:gsub("\n.*", ""),
     request = req, response = { status = status, headers = scrub_headers(self, headers) } }
   put_body(entry.response, scrub_text(self, body))
   append(self, entry)
@@ -334,9 +376,10 @@ function Cassette:request(args)
     return status, headers, rbody
   end
 
-  local list = self.index[self.ep] and self.index[self.ep][key]
-  local cur = self.cursors[self.ep] or {}
-  self.cursors[self.ep] = cur
+  local ep_name = current_episode(self)
+  local list = self.index[ep_name] and self.index[ep_name][key]
+  local cur = self.cursors[ep_name] or {}
+  self.cursors[ep_name] = cur
   local i = (cur[key] or 0) + 1
   local e = list and (list[i] or (self.opts.repeat_last and list[#list]))
   if e then
@@ -350,7 +393,7 @@ function Cassette:request(args)
   local on_miss = self.opts.on_miss
   if on_miss == "error" then
     local msg = string.format("cassette miss: %s %s (episode %q, request %d of its kind) not in %s",
-      method, surl, self.ep, i, self.opts.path)
+      method, surl, ep_name, i, self.opts.path)
     return nil, msg, { outcome = "miss", attempts = 0, timeout = false }
   end
   local status, headers, rbody = live(self, a, url, body)
@@ -358,14 +401,14 @@ function Cassette:request(args)
     self.n.passthrough = self.n.passthrough + 1
   elseif status then
     cur[key] = i
-    local byep = self.counts[self.ep] or {}
-    self.counts[self.ep] = byep
+    local byep = self.counts[ep_name] or {}
+    self.counts[ep_name] = byep
     byep[key] = math.max(byep[key] or 0, list and #list or 0)
     record(self, req, key, status, headers, rbody)
     local e2 = { response = { status = status, headers = headers } }
     put_body(e2.response, rbody)
-    local ep = self.index[self.ep] or {}
-    self.index[self.ep] = ep
+    local ep = self.index[ep_name] or {}
+    self.index[ep_name] = ep
     ep[key] = ep[key] or {}
     table.insert(ep[key], e2)
   end
