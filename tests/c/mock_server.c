@@ -503,6 +503,26 @@ static int route(mock_server *s, int fd, const request *r) {
   if (strcmp(p, "/generate") == 0) return json_route(fd, "sglang", r);
   if (strcmp(p, "/completion") == 0) return json_route(fd, "llamacpp", r);
   if (strcmp(p, "/v1/chat/completions") == 0) return json_route(fd, "chat", r);
+  if (strcmp(p, "/shop") == 0) {
+    /* a tiny web site for envs/shop.lua: pages that link to each other, each carrying the
+       server's visit number (state a replay must freeze) */
+    static const char *const pages[][2] = {
+        {"home", "hats shoes"}, {"hats", "home cart"}, {"shoes", "home sale"},
+        {"sale", "shoes cart"}, {"cart", "home"},
+    };
+    char name[32] = "home";
+    qstr(r, "page", name, sizeof name);
+    long visit = hit(s, r);
+    for (size_t i = 0; i < sizeof pages / sizeof pages[0]; i++) {
+      if (strcmp(pages[i][0], name) != 0) continue;
+      str b = {0};
+      str_printf(&b, "page %s\nlinks %s\nvisit %ld\n", pages[i][0], pages[i][1], visit);
+      int rc = respond(fd, 200, "text/plain", NULL, b.p, b.len);
+      free(b.p);
+      return rc;
+    }
+    return respond(fd, 404, "text/plain", NULL, "no such page", 12);
+  }
   if (strcmp(p, "/quit") == 0) {
     pthread_mutex_lock(&s->mu);
     s->quit = 1;

@@ -231,4 +231,8 @@ M.Client = Client
 -- rl.http.openai{...}: the OpenAI-compatible layer (moonrl.http.openai), loaded on first use.
 function M.openai(opts) return require("moonrl.http.openai").new(opts) end
 
+-- rl.http.cassette{path =, mode =, client =, ...}: record/replay of a client's traffic
+-- (moonrl.http.cassette), loaded on first use.
+function M.cassette(opts) return require("moonrl.http.cassette").new(opts) end
+
 return M
