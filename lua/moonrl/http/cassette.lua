@@ -260,15 +260,7 @@ end
 
 -- ---------------------------------------------------------------- requests
 
-local request_fields = {
-  { "method", nil, argcheck.string },
-  { "path", nil, argcheck.string },
-  { "url", nil, argcheck.string },
-  { "body", nil, argcheck.either(argcheck.string, argcheck.table) },
-  { "headers", {}, argcheck.table },
-  { "stream", nil, argcheck.func },
-  { "timeout", nil, argcheck.positive },
-}
+local request_fields = require("moonrl.http").request_fields -- the client's own
 
 -- cas:episode(name): the episode later requests of the calling coroutine belong to (their
 -- order is counted per episode; a task started with cas:spawn or cas:run sets its own, the

@@ -58,6 +58,7 @@ function M.client(opts, level)
   return self
 end
 
+-- client:request{...}'s fields (the cassette's request takes the same).
 local request_fields = {
   { "method", nil, argcheck.string },
   { "path", nil, argcheck.string },
@@ -67,6 +68,7 @@ local request_fields = {
   { "stream", nil, argcheck.func },
   { "timeout", nil, argcheck.positive },
 }
+M.request_fields = request_fields
 
 -- The header lines of a request: the client's, the key's, then the request's own (which win).
 local function header_lines(self, headers, json_body)
