@@ -35,7 +35,7 @@ if not is_local then
   assert(os.execute("mkdir -p " .. quote(dir)))
   assert(model:save(dir .. "/initial"))
   server = assert(io.popen("sh -c " .. quote(string.format(
-    "echo $$; exec %s serve --model %s --port 0 --max-batch 64 --max-queue 1024",
+    "echo $$; exec %s serve --model %s --port 0 --max-batch 64 --max-queue 1024 --batch-invariant",
     quote(moonrl), quote(dir .. "/initial"))), "r"))
   pid = assert(tonumber(server:read("l")), "moonrl serve did not start")
   local line = server:read("l") or ""

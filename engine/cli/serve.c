@@ -16,11 +16,13 @@
 static const char serve_usage[] =
     "usage: moonrl serve --model DIR|builtin [--host 127.0.0.1] [--port 8000] [--api-key KEY]\n"
     "                    [--served-model-name NAME] [--max-queue 64] [--max-batch 8]\n"
-    "                    [--max-body BYTES] [--port-file FILE]\n"
+    "                    [--max-body BYTES] [--port-file FILE] [--batch-invariant]\n"
     "  DIR holds config.json and model.safetensors (rl.model save) and, optionally,\n"
     "  tokenizer.json; without one the byte tokenizer is used. `builtin` is a fresh default\n"
     "  model (seed 0). --port 0 picks a free port; the chosen one is printed (and written to\n"
-    "  --port-file). Stops on SIGINT or SIGTERM.\n";
+    "  --port-file). --batch-invariant decodes each running sequence on its own, so that a\n"
+    "  request's tokens and log-probs do not depend on what else runs (slower). Stops on SIGINT\n"
+    "  or SIGTERM.\n";
 
 static bool parse_int(const char *s, long lo, long hi, long *out) {
   char *end;
@@ -42,6 +44,10 @@ int mrl_cli_serve(int argc, char **argv) {
     if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
       fputs(serve_usage, stdout);
       return 0;
+    }
+    if (!strcmp(a, "--batch-invariant")) {
+      cfg.batch_invariant = 1;
+      continue;
     }
     if (!v) {
       fprintf(stderr, "moonrl serve: %s needs a value\n\n%s", a, serve_usage);

@@ -1695,6 +1695,10 @@ typedef struct mrl_server_config {
   int max_queue;          /* jobs waiting for the engine thread at most; beyond: 429 (0: 64) */
   int max_batch;          /* sequences decoded together at most (0: 8) */
   size_t max_body;        /* request body bytes at most; beyond: 413 (0: 64 MiB) */
+  int batch_invariant;    /* 1: every running sequence is decoded on its own (one row a
+                             matrix product) instead of all together, so a request's logits and
+                             log-probs are bit for bit the same whatever else is running (a
+                             row's floats depend on how many rows the product has); slower */
 } mrl_server_config;
 
 MRL_API void mrl_server_config_default(mrl_server_config *cfg);

@@ -64,7 +64,7 @@ struct mrl_server {
   struct MHD_Daemon *daemon;
   int port;
   char *host, *api_key, *model_name;
-  int max_queue, max_batch;
+  int max_queue, max_batch, batch_invariant;
   size_t max_body;
   int ctx, vocab;
   pthread_t worker;

@@ -345,6 +345,7 @@ mrl_status mrl_server_start(mrl_engine *e, mrl_model *m, mrl_tokenizer *t,
   s->model_name = strdup(cfg->model_name && *cfg->model_name ? cfg->model_name : "moonrl");
   s->max_queue = cfg->max_queue ? cfg->max_queue : 64;
   s->max_batch = cfg->max_batch ? cfg->max_batch : 8;
+  s->batch_invariant = cfg->batch_invariant != 0;
   s->max_body = cfg->max_body ? cfg->max_body : (size_t)64 << 20;
   s->ctx = mc.ctx;
   s->vocab = mc.vocab;

@@ -925,7 +925,14 @@ static void decode_step(worker *w) {
       go++;
     }
   }
-  if (go && mrl_kv_cache_append(w->cache, go, go_slots, go_tokens, tokens) != MRL_OK) {
+  mrl_status rc = MRL_OK;
+  if (go && s->batch_invariant) { /* one row at a time: the same floats whatever else runs */
+    for (int i = 0; i < go && rc == MRL_OK; i++)
+      rc = mrl_kv_cache_append(w->cache, 1, &go_slots[i], &go_tokens[i], &tokens[i]);
+  } else if (go) {
+    rc = mrl_kv_cache_append(w->cache, go, go_slots, go_tokens, tokens);
+  }
+  if (rc != MRL_OK) {
     for (int i = 0; i < go; i++) {
       gen *g = w->slots[go_slots[i]];
       fail_job(s, g->job, 500, "server_error", NULL, "internal_error", "%s",
