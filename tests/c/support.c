@@ -136,3 +136,31 @@ unsigned char *read_bytes(const char *path, size_t *n) {
   fclose(fp);
   return p;
 }
+
+int for_each_file(const char *subdir,
+                  void (*fn)(const char *name, const unsigned char *data, size_t n, void *ud),
+                  void *ud) {
+  const char *root = getenv("MOONRL_ROOT");
+  char dir[1024];
+  snprintf(dir, sizeof dir, "%s/%s", root ? root : ".", subdir);
+  DIR *d = opendir(dir);
+  if (!CHECKF(d != NULL, "cannot open %s", dir)) return -1;
+  int count = 0;
+  struct dirent *de;
+  while ((de = readdir(d))) {
+    if (de->d_name[0] == '.') continue;
+    char path[2048];
+    snprintf(path, sizeof path, "%s/%s", dir, de->d_name);
+    size_t n = 0;
+    unsigned char *data = read_bytes(path, &n);
+    if (!CHECKF(data != NULL, "cannot read %s", path)) {
+      count = -1;
+      break;
+    }
+    fn(de->d_name, data, n, ud);
+    free(data);
+    count++;
+  }
+  closedir(d);
+  return count;
+}

@@ -60,5 +60,11 @@ int count_entries(const char *dir);
 void write_bytes(const char *path, const void *p, size_t n);
 /* The whole file (NUL-terminated for convenience), or NULL; caller frees. */
 unsigned char *read_bytes(const char *path, size_t *n);
+/* Calls fn(name, bytes, n, ud) for every file of $MOONRL_ROOT/<subdir> (else ./<subdir>) but
+ * dot files (a fuzz corpus); returns how many, or -1 (and a failed check) when the folder or a
+ * file cannot be read. */
+int for_each_file(const char *subdir,
+                  void (*fn)(const char *name, const unsigned char *data, size_t n, void *ud),
+                  void *ud);
 
 #endif /* MRL_TEST_SUPPORT_H */

@@ -12,40 +12,34 @@
 #include <string.h>
 
 
-static void test_corpus(void) {
-  const char *root = getenv("MOONRL_ROOT");
-  char dir[1024];
-  snprintf(dir, sizeof dir, "%s/tests/fuzz/corpus", root ? root : ".");
-  DIR *d = opendir(dir);
-  if (!CHECKF(d != NULL, "cannot open %s", dir)) return;
-  int valid = 0, bad = 0;
-  struct dirent *de;
-  mrl_engine *e = new_engine();
-  while ((de = readdir(d))) {
-    if (de->d_name[0] == '.') continue;
-    char path[2048];
-    snprintf(path, sizeof path, "%s/%s", dir, de->d_name);
-    size_t n = 0;
-    unsigned char *data = read_bytes(path, &n);
-    if (!CHECKF(data != NULL, "cannot read %s", path)) continue;
-    LLVMFuzzerTestOneInput(data, n);
-    mrl_safetensors *f = NULL;
-    mrl_status st = mrl__safetensors_parse(e, "replay", de->d_name, data, n, &f);
-    if (strncmp(de->d_name, "valid_", 6) == 0) {
-      CHECKF(st == MRL_OK, "%s refused: %s", de->d_name, mrl_engine_last_error(e));
-      valid++;
-    } else {
-      CHECKF(st == MRL_ERR_INVALID, "%s: status %d, want a refusal", de->d_name, st);
-      bad++;
-    }
-    mrl_safetensors_close(f);
-    free(data);
+typedef struct {
+  mrl_engine *e;
+  int valid, bad;
+} corpus_seen;
+
+static void replay_one(const char *name, const unsigned char *data, size_t n, void *ud) {
+  corpus_seen *c = ud;
+  LLVMFuzzerTestOneInput(data, n);
+  mrl_safetensors *f = NULL;
+  mrl_status st = mrl__safetensors_parse(c->e, "replay", name, data, n, &f);
+  if (strncmp(name, "valid_", 6) == 0) {
+    CHECKF(st == MRL_OK, "%s refused: %s", name, mrl_engine_last_error(c->e));
+    c->valid++;
+  } else {
+    CHECKF(st == MRL_ERR_INVALID, "%s: status %d, want a refusal", name, st);
+    c->bad++;
   }
-  closedir(d);
-  CHECKF(valid >= 10 && bad >= 25, "only %d valid and %d refused seeds", valid, bad);
-  check_note("%d valid and %d refused seeds replayed", valid, bad);
-  CHECK(mrl_engine_memory_used(e) == 0);
-  mrl_engine_free(e);
+  mrl_safetensors_close(f);
+}
+
+static void test_corpus(void) {
+  corpus_seen c = {.e = new_engine()};
+  if (for_each_file("tests/fuzz/corpus", replay_one, &c) >= 0) {
+    CHECKF(c.valid >= 10 && c.bad >= 25, "only %d valid and %d refused seeds", c.valid, c.bad);
+    check_note("%d valid and %d refused seeds replayed", c.valid, c.bad);
+  }
+  CHECK(mrl_engine_memory_used(c.e) == 0);
+  mrl_engine_free(c.e);
 }
 
 static const test_case tests[] = {

@@ -18,43 +18,37 @@ static int count_event(void *ud, const mrl_sse_event *ev) {
   return 0;
 }
 
+typedef struct {
+  mrl_engine *e;
+  int seeds, events;
+} corpus_seen;
+
+static void replay_one(const char *name, const unsigned char *data, size_t n, void *ud) {
+  corpus_seen *c = ud;
+  LLVMFuzzerTestOneInput(data, n);
+  const char *mark = strrchr(name, '-');
+  int want = -1;
+  CHECKF(mark && sscanf(mark, "-e%d.sse", &want) == 1, "%s: no -eN.sse in the name", name);
+  mrl_sse *p = NULL;
+  MUST(mrl_sse_new(c->e, 0, &p));
+  int events = 0;
+  CHECKF(mrl_sse_feed(p, (const char *)data, n, count_event, &events) == MRL_OK, "%s: %s", name,
+         mrl_engine_last_error(c->e));
+  MUST(mrl_sse_finish(p, NULL));
+  mrl_sse_free(p);
+  CHECKF(events == want, "%s: %d events, want %d", name, events, want);
+  c->seeds++;
+  c->events += events;
+}
+
 static void test_corpus(void) {
-  const char *root = getenv("MOONRL_ROOT");
-  char dir[1024];
-  snprintf(dir, sizeof dir, "%s/tests/fuzz/sse_corpus", root ? root : ".");
-  DIR *d = opendir(dir);
-  if (!CHECKF(d != NULL, "cannot open %s", dir)) return;
-  int seeds = 0, events_total = 0;
-  struct dirent *de;
-  mrl_engine *e = new_engine();
-  while ((de = readdir(d))) {
-    if (de->d_name[0] == '.') continue;
-    char path[2048];
-    snprintf(path, sizeof path, "%s/%s", dir, de->d_name);
-    size_t n = 0;
-    unsigned char *data = read_bytes(path, &n);
-    if (!CHECKF(data != NULL, "cannot read %s", path)) continue;
-    LLVMFuzzerTestOneInput(data, n);
-    const char *mark = strrchr(de->d_name, '-');
-    int want = -1;
-    CHECKF(mark && sscanf(mark, "-e%d.sse", &want) == 1, "%s: no -eN.sse in the name", de->d_name);
-    mrl_sse *p = NULL;
-    MUST(mrl_sse_new(e, 0, &p));
-    int events = 0;
-    CHECKF(mrl_sse_feed(p, (const char *)data, n, count_event, &events) == MRL_OK, "%s: %s",
-           de->d_name, mrl_engine_last_error(e));
-    MUST(mrl_sse_finish(p, NULL));
-    mrl_sse_free(p);
-    CHECKF(events == want, "%s: %d events, want %d", de->d_name, events, want);
-    seeds++;
-    events_total += events;
-    free(data);
+  corpus_seen c = {.e = new_engine()};
+  if (for_each_file("tests/fuzz/sse_corpus", replay_one, &c) >= 0) {
+    CHECKF(c.seeds >= 20, "only %d seeds", c.seeds);
+    check_note("%d seeds replayed (%d events)", c.seeds, c.events);
   }
-  closedir(d);
-  CHECKF(seeds >= 20, "only %d seeds", seeds);
-  check_note("%d seeds replayed (%d events)", seeds, events_total);
-  CHECK(mrl_engine_memory_used(e) == 0);
-  mrl_engine_free(e);
+  CHECK(mrl_engine_memory_used(c.e) == 0);
+  mrl_engine_free(c.e);
 }
 
 static const test_case tests[] = {
