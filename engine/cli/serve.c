@@ -17,12 +17,14 @@ static const char serve_usage[] =
     "usage: moonrl serve --model DIR|builtin [--host 127.0.0.1] [--port 8000] [--api-key KEY]\n"
     "                    [--served-model-name NAME] [--max-queue 64] [--max-batch 8]\n"
     "                    [--max-body BYTES] [--port-file FILE] [--batch-invariant]\n"
+    "                    [--tool-format hermes|line]\n"
     "  DIR holds config.json and model.safetensors (rl.model save) and, optionally,\n"
     "  tokenizer.json; without one the byte tokenizer is used. `builtin` is a fresh default\n"
     "  model (seed 0). --port 0 picks a free port; the chosen one is printed (and written to\n"
     "  --port-file). --batch-invariant decodes each running sequence on its own, so that a\n"
-    "  request's tokens and log-probs do not depend on what else runs (slower). Stops on SIGINT\n"
-    "  or SIGTERM.\n";
+    "  request's tokens and log-probs do not depend on what else runs (slower). --tool-format\n"
+    "  is how the model writes tool calls: hermes (<tool_call>{...}</tool_call>, the default)\n"
+    "  or line (CALL name arg ...). Stops on SIGINT or SIGTERM.\n";
 
 static bool parse_int(const char *s, long lo, long hi, long *out) {
   char *end;
@@ -59,6 +61,8 @@ int mrl_cli_serve(int argc, char **argv) {
     else if (!strcmp(a, "--api-key")) cfg.api_key = v;
     else if (!strcmp(a, "--served-model-name")) cfg.model_name = v;
     else if (!strcmp(a, "--port-file")) port_file = v;
+    else if (!strcmp(a, "--tool-format") && (!strcmp(v, "hermes") || !strcmp(v, "line")))
+      cfg.tool_format = v;
     else if (!strcmp(a, "--port") && parse_int(v, 0, 65535, &n)) cfg.port = (int)n;
     else if (!strcmp(a, "--max-queue") && parse_int(v, 1, 1 << 20, &n)) cfg.max_queue = (int)n;
     else if (!strcmp(a, "--max-batch") && parse_int(v, 1, 4096, &n)) cfg.max_batch = (int)n;

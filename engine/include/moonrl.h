@@ -478,6 +478,15 @@ MRL_API mrl_status mrl_kv_cache_append(mrl_kv_cache *c, int n, const int *slots,
 MRL_API mrl_status mrl_kv_cache_sample(mrl_kv_cache *c, int n, const int *slots,
                                        const mrl_sampling *sampling, int32_t *tokens,
                                        float *logprobs);
+/* mrl_kv_cache_sample for one slot, drawing only among the tokens whose allowed[id] is non-zero
+ * (vocab bytes, read only): the others get probability 0 before top-k/top-p/min-p, and *logprob
+ * (may be NULL) is the token's log-probability under the temperature-scaled distribution
+ * renormalised over the allowed tokens (the behaviour log-probability of the constrained draw).
+ * MRL_ERR_INVALID when no token is allowed. For constrained decoding (forced tool calls). */
+MRL_API mrl_status mrl_kv_cache_sample_masked(mrl_kv_cache *c, int slot,
+                                              const mrl_sampling *sampling,
+                                              const uint8_t *allowed, int32_t *token,
+                                              float *logprob);
 /* The logits after a slot's last token (vocab floats). Borrowed: valid until the next append or
  * reset of any slot. */
 MRL_API const float *mrl_kv_cache_logits(const mrl_kv_cache *c, int slot);
@@ -1699,6 +1708,9 @@ typedef struct mrl_server_config {
                              matrix product) instead of all together, so a request's logits and
                              log-probs are bit for bit the same whatever else is running (a
                              row's floats depend on how many rows the product has); slower */
+  const char *tool_format; /* how the model writes tool calls (moonrl.parse's formats):
+                              "hermes" (NULL: <tool_call>{"name", "arguments"}</tool_call>) or
+                              "line" (CALL name arg ...) */
 } mrl_server_config;
 
 MRL_API void mrl_server_config_default(mrl_server_config *cfg);

@@ -263,6 +263,63 @@ static void test_sampling_distributions(void) {
   mrl_engine_free(e);
 }
 
+/* Masked draws (forced tool calls): only allowed tokens come out, at the frequencies of the
+ * temperature-scaled distribution renormalised over them, with that distribution's logprob; the
+ * greedy draw is the best allowed token; nothing allowed is an error that draws nothing. */
+static void test_sample_masked(void) {
+  mrl_engine *e = new_engine();
+  mrl_model *m = make_model("qwen3", e, 12);
+  mrl_kv_cache *c = NULL;
+  MUST(mrl_kv_cache_new(m, 1, CTX, &c));
+  int32_t prompt[3];
+  tokens_of(prompt, 3, 2);
+  int slot = 0, three = 3;
+  MUST(mrl_kv_cache_append(c, 1, &slot, prompt, &three));
+  const float *z = mrl_kv_cache_logits(c, 0);
+  uint8_t allowed[VOCAB];
+  double p[VOCAB], mx = -INFINITY, sum = 0.0;
+  int best = -1;
+  for (int j = 0; j < VOCAB; j++) {
+    allowed[j] = j % 3 == 1;
+    if (allowed[j] && z[j] > mx) mx = z[j], best = j;
+  }
+  for (int j = 0; j < VOCAB; j++) sum += p[j] = allowed[j] ? exp((z[j] - mx) / 0.7) : 0.0;
+  for (int j = 0; j < VOCAB; j++) p[j] /= sum;
+  mrl_sampling s = {.temperature = 0.7f};
+  enum { DRAWS = 20000 };
+  int counts[VOCAB] = {0};
+  double worst_lp = 0.0;
+  for (int d = 0; d < DRAWS; d++) {
+    int32_t tok;
+    float lp;
+    MUST(mrl_kv_cache_sample_masked(c, 0, &s, allowed, &tok, &lp));
+    counts[tok]++;
+    worst_lp = fmax(worst_lp, fabs(lp - log(p[tok])));
+  }
+  double worst = 0.0;
+  for (int j = 0; j < VOCAB; j++) {
+    if (!allowed[j]) CHECKF(counts[j] == 0, "token %d is not allowed but was drawn", j);
+    worst = fmax(worst, fabs(counts[j] / (double)DRAWS - p[j]));
+  }
+  check_note("masked, temperature 0.7: max |frequency - probability| %.4f, |logprob error| %.2g",
+             worst, worst_lp);
+  CHECK(worst < 0.02 && worst_lp < 1e-5);
+  mrl_sampling greedy = {.temperature = 0.0f};
+  int32_t tok = -1;
+  MUST(mrl_kv_cache_sample_masked(c, 0, &greedy, allowed, &tok, NULL));
+  CHECK(tok == best);
+  memset(allowed, 0, sizeof allowed);
+  tok = -5;
+  CHECK_FAILS(e, MRL_ERR_INVALID, "no token is allowed",
+              mrl_kv_cache_sample_masked(c, 0, &s, allowed, &tok, NULL));
+  CHECK(tok == -5);
+  CHECK_FAILS(e, MRL_ERR_NULL, "allowed", mrl_kv_cache_sample_masked(c, 0, &s, NULL, &tok, NULL));
+  CHECK_FAILS(e, MRL_ERR_RANGE, "slot", mrl_kv_cache_sample_masked(c, 3, &s, allowed, &tok, NULL));
+  mrl_kv_cache_free(c);
+  mrl_model_free(m);
+  mrl_engine_free(e);
+}
+
 static void test_errors(void) {
   mrl_engine *e = new_engine();
   mrl_model *m = make_model("llama", e, 1);
@@ -563,6 +620,7 @@ static const test_case tests[] = {
     {"sample_allocation_failures", test_sample_allocation_failures},
     {"nan_weights_fail_sampling", test_nan_weights_fail_sampling},
     {"sample_duplicate_slots", test_sample_duplicate_slots},
+    {"sample_masked", test_sample_masked},
     {NULL, NULL}};
 
 int main(int argc, char **argv) { return check_main(argc, argv, tests); }

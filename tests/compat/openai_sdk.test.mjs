@@ -1,6 +1,7 @@
 // openai_sdk.test.mjs - the official openai npm client (pinned in package.json, installed by the
 // Makefile under <build>/compat) against `moonrl serve` on loopback, run with `node --test`:
 // models, chat with logprobs, streaming that joins to the non-streamed answer with a usage chunk,
+// a forced tool_choice (a call whose arguments parse, streamed and not),
 // token-id completions, the SDK's error classes, and a 429 the SDK retries until the queue frees.
 // Every reply is also checked against the official OpenAPI schemas
 // (MOONRL_OPENAPI, else tests/compat/openapi_subset.json).
@@ -77,7 +78,7 @@ let dir, server, base;
 before(async () => {
   dir = fs.mkdtempSync(path.join(os.tmpdir(), 'moonrl-compat-'));
   execFileSync(moonrl, ['-e', `local rl = require "moonrl"
-    assert(rl.model.new{dim = 32, layers = 2, heads = 2, ctx = 96, seed = 7}:save(arg[1]))`,
+    assert(rl.model.new{dim = 32, layers = 2, heads = 2, ctx = 512, seed = 7}:save(arg[1]))`,
   path.join(dir, 'm')]);
   server = spawn(moonrl, ['serve', '--model', path.join(dir, 'm'), '--port', '0', '--api-key', KEY,
     '--max-queue', '2', '--max-batch', '2'], { stdio: ['ignore', 'pipe', 'inherit'] });
@@ -152,6 +153,38 @@ test('a stream joins to the non-streamed content and ends with a usage chunk', a
   assert.equal(finish, whole.choices[0].finish_reason);
   assert.deepEqual(last.choices, []);
   assert.deepEqual(last.usage, whole.usage);
+});
+
+test('a forced tool_choice gives a tool call whose arguments parse, one logprob per token', async () => {
+  const tools = [{ type: 'function', function: { name: 'get_time', description: 'the time now',
+    parameters: { type: 'object', properties: {} } } }];
+  const ask = { model: 'moonrl', messages: [{ role: 'user', content: 'time?' }], tools,
+    tool_choice: { type: 'function', function: { name: 'get_time' } }, max_tokens: 64, seed: 1 };
+  const c = client();
+  const r = await c.chat.completions.create({ ...ask, logprobs: true });
+  const choice = r.choices[0];
+  assert.equal(choice.finish_reason, 'tool_calls');
+  assert.equal(choice.message.tool_calls.length, 1);
+  assert.equal(choice.message.tool_calls[0].type, 'function');
+  assert.equal(choice.message.tool_calls[0].function.name, 'get_time');
+  assert.deepEqual(JSON.parse(choice.message.tool_calls[0].function.arguments), {});
+  assert.equal(choice.logprobs.content.length, r.usage.completion_tokens);
+  conforms('CreateChatCompletionResponse', r);
+  // streamed: the call comes as a tool_calls delta, and the SDK's chunks conform too
+  const stream = await c.chat.completions.create({ ...ask, stream: true });
+  let name = '', args = '', finish;
+  for await (const chunk of stream) {
+    conforms('CreateChatCompletionStreamResponse', chunk);
+    for (const d of chunk.choices[0]?.delta?.tool_calls ?? []) {
+      assert.equal(d.index, 0);
+      name += d.function?.name ?? '';
+      args += d.function?.arguments ?? '';
+    }
+    finish = chunk.choices[0]?.finish_reason ?? finish;
+  }
+  assert.equal(finish, 'tool_calls');
+  assert.equal(name, 'get_time');
+  assert.deepEqual(JSON.parse(args), {});
 });
 
 test('completions.create takes token ids and returns them with their logprobs', async () => {

@@ -471,3 +471,189 @@ describe("moonrl serve", function()
     assert.is_true(ok, string.format("moonrl serve ended by %s %s", tostring(how), tostring(code)))
   end)
 end)
+
+-- Tool calls: tools described in the prompt, earlier calls and results rendered back, calls read
+-- out of the text, and tool_choice "required" or a named function forcing a well-formed call by
+-- masking every token that would break it (the served model here is untrained).
+describe("moonrl serve tool calls", function()
+  local tdir, hermes, line
+  local tool_list = {
+    { type = "function", ["function"] = { name = "get_weather", description = "the weather",
+      parameters = { type = "object", properties = { city = { type = "string" } } } } },
+    { type = "function", ["function"] = { name = "now" } },
+  }
+  local msgs = { { role = "user", content = "weather in Paris?" } }
+  local function client(s)
+    return rl.http.client{ base_url = s.base, retries = 0, timeout = 120 }
+  end
+  local function call(s, body)
+    local c = client(s)
+    local status, _, text = c:request{ method = "POST", path = "/v1/chat/completions", body = body }
+    c:close()
+    return status, json.decode(text)
+  end
+  local function with(extra)
+    local b = { messages = msgs, tools = tool_list, max_tokens = 160, return_token_ids = true }
+    for k, v in pairs(extra) do b[k] = v end
+    return b
+  end
+  local PREFIX = '<tool_call>\n{"name": "'
+  setup(function()
+    tdir = H.tmpdir()
+    assert(rl.model.new{ dim = 32, layers = 2, heads = 2, ctx = 1024, seed = 5 }:save(tdir .. "/m"))
+    hermes = H.serve(tdir .. "/m", "")
+    line = H.serve(tdir .. "/m", "--tool-format line")
+  end)
+  teardown(function()
+    if hermes then hermes.stop() end
+    if line then line.stop() end
+    H.sh("rm -rf " .. H.shell_quote(tdir))
+  end)
+
+  it("forces a named function: a complete call whose arguments decode, or a call cut by length", function()
+    local complete = 0
+    for seed = 1, 6 do
+      local status, r = call(hermes, with{ seed = seed, logprobs = true,
+        tool_choice = { type = "function", ["function"] = { name = "get_weather" } } })
+      assert.equal(200, status)
+      local choice = r.choices[1]
+      assert.equal(r.usage.completion_tokens, #choice.logprobs.content)
+      local text = table.concat((function()
+        local t = {}
+        for i, e in ipairs(choice.logprobs.content) do t[i] = e.token end
+        return t
+      end)())
+      local forced = PREFIX .. 'get_weather", "arguments": '
+      assert.equal(forced, text:sub(1, #forced))
+      -- the forced bytes had one allowed token each: logprob exactly 0 (byte tokenizer)
+      for i = 1, #forced do assert.equal(0, choice.logprobs.content[i].logprob) end
+      if choice.finish_reason == "tool_calls" then
+        complete = complete + 1
+        local tc = choice.message.tool_calls
+        assert.equal(1, #tc)
+        assert.equal("get_weather", tc[1]["function"].name)
+        assert.equal("function", tc[1].type)
+        assert.is_table(json.decode(tc[1]["function"].arguments))
+        assert.equal(json.null, choice.message.content)
+      else
+        assert.equal("length", choice.finish_reason)
+        assert.equal(160, r.usage.completion_tokens)
+      end
+    end
+    assert.is_true(complete >= 1, "no complete call in 6 seeds")
+  end)
+
+  it("required: the first name byte is drawn between the tools, as the model weighs them", function()
+    local status, r = call(hermes, with{ seed = 3, tool_choice = "required", logprobs = true,
+                                         top_logprobs = 5, max_tokens = 30 })
+    assert.equal(200, status)
+    local at = #PREFIX + 1 -- the first byte of the name: "g" (get_weather) or "n" (now)
+    local entry = r.choices[1].logprobs.content[at]
+    local alts = {}
+    for _, t in ipairs(entry.top_logprobs) do alts[t.token] = t.logprob end
+    assert.same({ "g", "n" }, (function()
+      local k = {}
+      for t in pairs(alts) do k[#k + 1] = t end
+      table.sort(k)
+      return k
+    end)())
+    assert.is_true(math.abs(math.exp(alts.g) + math.exp(alts.n) - 1) < 1e-5)
+    -- against the model's own teacher-forced logprobs of the two bytes in that context
+    local m = assert(rl.model.load(tdir .. "/m"))
+    local ctx = {}
+    for _, id in ipairs(r.choices[1].prompt_token_ids) do ctx[#ctx + 1] = id end
+    for i = 1, at - 1 do ctx[#ctx + 1] = r.choices[1].token_ids[i] end
+    local function next_lp(byte)
+      local seq = { table.unpack(ctx) }
+      seq[#seq + 1] = byte
+      local lp = m:logprobs{ tokens = { seq } }[1]
+      return lp[#seq - 1]
+    end
+    local want = next_lp(string.byte("g")) - next_lp(string.byte("n"))
+    assert.is_true(math.abs((alts.g - alts.n) - want) < 1e-4,
+      string.format("served difference %.6f, teacher-forced %.6f", alts.g - alts.n, want))
+  end)
+
+  it("streams a forced call as a tool_calls delta equal to the non-streamed call", function()
+    local o = rl.http.openai{ base_url = hermes.base, profile = "moonrl", model = "moonrl", retries = 0 }
+    local opts = { tools = tool_list, tool_choice = { type = "function", ["function"] = { name = "now" } },
+                   seed = 4, max_tokens = 80 }
+    local _, whole = o:chat(msgs, opts)
+    opts.stream = function() end
+    local text, streamed = o:chat(msgs, opts)
+    assert.equal("", text)
+    assert.equal("tool_calls", whole.finish_reason)
+    assert.equal("tool_calls", streamed.finish_reason)
+    whole.tool_calls[1].id, streamed.tool_calls[1].id = nil, nil -- one per request
+    assert.same(whole.tool_calls, streamed.tool_calls)
+    assert.equal("now", streamed.tool_calls[1]["function"].name)
+    assert.equal("{}", streamed.tool_calls[1]["function"].arguments)
+    o:close()
+  end)
+
+  it("renders tools, earlier calls and tool results into the prompt", function()
+    local conv = {
+      { role = "system", content = "be brief" },
+      { role = "user", content = "weather?" },
+      { role = "assistant", content = json.null, tool_calls = { { id = "c1", type = "function",
+        ["function"] = { name = "get_weather", arguments = '{"city": "Paris"}' } } } },
+      { role = "tool", tool_call_id = "c1", content = "sunny" },
+    }
+    local function prompt_text(s)
+      local status, r = call(s, { messages = conv, tools = tool_list, max_tokens = 1,
+                                  return_token_ids = true })
+      assert.equal(200, status)
+      local c = client(s)
+      local st, _, body = c:request{ method = "POST", path = "/detokenize",
+                                     body = { tokens = r.choices[1].prompt_token_ids } }
+      c:close()
+      assert.equal(200, st)
+      return json.decode(body).prompt
+    end
+    local h = prompt_text(hermes)
+    assert.truthy(h:find('be brief\n\nTools you can call', 1, true))
+    assert.truthy(h:find('{"name":"get_weather","description":"the weather","parameters":', 1, true))
+    assert.truthy(h:find('<tool_call>\n{"name": "get_weather", "arguments": {"city":"Paris"}}\n</tool_call>', 1, true))
+    assert.truthy(h:find("<tool_response>\nsunny\n</tool_response>", 1, true))
+    local l = prompt_text(line)
+    assert.truthy(l:find("- get_weather <city>:", 1, true))
+    assert.truthy(l:find("CALL get_weather Paris", 1, true))
+    assert.falsy(l:find("<tool_response>", 1, true))
+  end)
+
+  it("--tool-format line: a forced call is a CALL line, its arguments by the schema's order", function()
+    local status, r = call(line, with{ seed = 2,
+      tool_choice = { type = "function", ["function"] = { name = "now" } } })
+    assert.equal(200, status)
+    assert.equal("tool_calls", r.choices[1].finish_reason)
+    assert.equal("now", r.choices[1].message.tool_calls[1]["function"].name)
+    assert.equal("{}", r.choices[1].message.tool_calls[1]["function"].arguments)
+    local ids = r.choices[1].token_ids
+    local bytes = {}
+    for i, id in ipairs(ids) do bytes[i] = string.char(id) end
+    assert.equal("CALL now\n", table.concat(bytes))
+  end)
+
+  it("answers bad tool requests with 400s naming the field", function()
+    local cases = {
+      { { tools = { { type = "function", ["function"] = { name = "bad name" } } } }, "tools" },
+      { { tools = { { type = "function" } } }, "tools" },
+      { { tool_choice = { type = "function", ["function"] = { name = "rain" } } }, "tool_choice" },
+      { { tool_choice = "always" }, "tool_choice" },
+      { { parallel_tool_calls = "yes" }, "parallel_tool_calls" },
+    }
+    for i, case in ipairs(cases) do
+      local status, r = call(hermes, with(case[1]))
+      assert.equal(400, status, "case " .. i)
+      assert.equal(case[2], r.error.param, "case " .. i)
+    end
+    local status, r = call(hermes, { messages = msgs, tool_choice = "required" })
+    assert.equal(400, status)
+    assert.equal("tool_choice", r.error.param)
+    status, r = call(hermes, { messages = { { role = "assistant", tool_calls = { { type = "function",
+      ["function"] = { name = "now", arguments = "{oops" } } } } }, tools = tool_list })
+    assert.equal(400, status)
+    assert.equal("messages", r.error.param)
+    assert.truthy(r.error.message:find("JSON object", 1, true))
+  end)
+end)

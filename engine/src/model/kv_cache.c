@@ -354,26 +354,30 @@ static int by_prob_desc(const void *a, const void *b) {
 
 /* Draws one token from logits z (vocab V) with rng, using the scratch p and order (V each), and
  * returns it; *logp gets its log-probability under the temperature-scaled distribution
- * (temperature 1 when greedy). Returns -1 with *bad set to the index of the first logit that is
- * not finite (there is no distribution to draw from; the comparisons below would not order it). */
-static int32_t sample_one(const float *z, int64_t V, const mrl_sampling *s, struct mrl_rng *rng,
-                          float *p, struct candidate *order, float *logp, int64_t *bad) {
+ * (temperature 1 when greedy). With allowed (vocab bytes, may be NULL) only the tokens it marks
+ * non-zero can be drawn, and the distribution is renormalised over them. Returns -1 with *bad set
+ * to the index of the first logit that is not finite (there is no distribution to draw from; the
+ * comparisons below would not order it), -2 when allowed marks no token. */
+static int32_t sample_one(const float *z, int64_t V, const mrl_sampling *s, const uint8_t *allowed,
+                          struct mrl_rng *rng, float *p, struct candidate *order, float *logp,
+                          int64_t *bad) {
   float temp = s->temperature > 0.0f ? s->temperature : 1.0f;
-  float mx = z[0];
-  int32_t best = 0;
+  float mx = -INFINITY;
+  int32_t best = -1;
   for (int64_t j = 0; j < V; j++) {
     if (!isfinite(z[j])) {
       *bad = j;
       return -1;
     }
-    if (z[j] > mx) {
+    if ((!allowed || allowed[j]) && (best < 0 || z[j] > mx)) {
       mx = z[j];
       best = (int32_t)j;
     }
   }
+  if (best < 0) return -2; /* nothing allowed */
   double sum = 0.0;
   for (int64_t j = 0; j < V; j++) {
-    p[j] = expf((z[j] - mx) / temp);
+    p[j] = !allowed || allowed[j] ? expf((z[j] - mx) / temp) : 0.0f;
     sum += p[j];
   }
   float log_sum = (float)log(sum);
@@ -402,7 +406,7 @@ static int32_t sample_one(const float *z, int64_t V, const mrl_sampling *s, stru
   double u = mrl__rng_uniform(rng) * kept, acc = 0.0;
   int32_t pick = best;
   for (int64_t k = 0; k < n; k++) {
-    if (order[k].p < floor_p) continue;
+    if (order[k].p < floor_p || (allowed && !allowed[order[k].id])) continue;
     pick = order[k].id;
     acc += order[k].p;
     if (u < acc) break;
@@ -425,7 +429,7 @@ static void sample_unit(void *ctx, int64_t u, int worker) {
   int slot = job->slots[u];
   c->drawn_rng[u] = c->rng[slot];
   c->bad_logit[u] = -1;
-  c->drawn[u] = sample_one(c->logits + (int64_t)slot * V, V, job->sampling, &c->drawn_rng[u],
+  c->drawn[u] = sample_one(c->logits + (int64_t)slot * V, V, job->sampling, NULL, &c->drawn_rng[u],
                            c->probs + (int64_t)worker * V, c->order + (int64_t)worker * V,
                            &c->drawn_logp[u], &c->bad_logit[u]);
 }
@@ -477,5 +481,43 @@ mrl_status mrl_kv_cache_sample(mrl_kv_cache *c, int n, const int *slots,
     tokens[i] = c->drawn[i];
     if (logprobs) logprobs[i] = c->drawn_logp[i];
   }
+  return MRL_OK;
+}
+
+mrl_status mrl_kv_cache_sample_masked(mrl_kv_cache *c, int slot, const mrl_sampling *sampling,
+                                      const uint8_t *allowed, int32_t *token, float *logprob) {
+  const char *fn = "mrl_kv_cache_sample_masked";
+  if (!c) return MRL_ERR_NULL;
+  mrl_engine *e = c->model->engine;
+  if (!sampling || !allowed || !token)
+    return mrl__fail(e, MRL_ERR_NULL, fn, "%s is NULL",
+                     !sampling ? "sampling" : !allowed ? "allowed" : "token");
+  if (!(sampling->temperature >= 0.0f) || sampling->top_k < 0 ||
+      !(sampling->top_p >= 0.0f && sampling->top_p <= 1.0f) ||
+      !(sampling->min_p >= 0.0f && sampling->min_p <= 1.0f))
+    return mrl__fail(e, MRL_ERR_INVALID, fn,
+                     "need temperature >= 0, top_k >= 0, top_p and min_p in [0, 1]");
+  mrl_status st = check_slot(c, fn, slot);
+  if (st) return st;
+  if (!c->has_logits[slot])
+    return mrl__fail(e, MRL_ERR_INVALID, fn, "slot %d has no tokens to continue from", slot);
+  if (!grow_sampling(c, 1))
+    return mrl__fail(e, MRL_ERR_NOMEM, fn, "cannot allocate sampling scratch");
+  int64_t V = c->model->cfg.vocab, bad = -1;
+  struct mrl_rng rng = c->rng[slot];
+  float lp = 0.0f;
+  int32_t pick = sample_one(c->logits + (int64_t)slot * V, V, sampling, allowed, &rng, c->probs,
+                            c->order, &lp, &bad);
+  if (pick == -2) return mrl__fail(e, MRL_ERR_INVALID, fn, "slot %d: no token is allowed", slot);
+  if (pick < 0) {
+    float z = c->logits[(int64_t)slot * V + bad];
+    return mrl__fail(e, MRL_ERR_INVALID, fn,
+                     "slot %d: logit %lld is %s; the model's outputs are not finite (NaN or "
+                     "infinite weights or activations)",
+                     slot, (long long)bad, isnan(z) ? "NaN" : "infinite");
+  }
+  c->rng[slot] = rng;
+  *token = pick;
+  if (logprob) *logprob = lp;
   return MRL_OK;
 }

@@ -65,6 +65,7 @@ struct mrl_server {
   int port;
   char *host, *api_key, *model_name;
   int max_queue, max_batch, batch_invariant;
+  int tool_format; /* TOOL_FORMAT_* of toolcall.h */
   size_t max_body;
   int ctx, vocab;
   pthread_t worker;

@@ -4,6 +4,7 @@
  * queue is full), then waits for its reply or relays its event stream. */
 #define _DEFAULT_SOURCE
 #include "serve_internal.h"
+#include "toolcall.h"
 
 #include <arpa/inet.h>
 #include <microhttpd.h>
@@ -330,6 +331,13 @@ mrl_status mrl_server_start(mrl_engine *e, mrl_model *m, mrl_tokenizer *t,
   addr.sin_family = AF_INET;
   addr.sin_port = htons((uint16_t)cfg->port);
   const char *host = cfg->host && *cfg->host ? cfg->host : "127.0.0.1";
+  int tool_format = TOOL_FORMAT_HERMES;
+  if (cfg->tool_format && strcmp(cfg->tool_format, "hermes")) {
+    if (strcmp(cfg->tool_format, "line"))
+      return mrl__fail(e, MRL_ERR_INVALID, fn, "tool_format '%s' is not \"hermes\" or \"line\"",
+                       cfg->tool_format);
+    tool_format = TOOL_FORMAT_LINE;
+  }
   if (inet_pton(AF_INET, host, &addr.sin_addr) != 1)
     return mrl__fail(e, MRL_ERR_INVALID, fn, "host '%s' is not an IPv4 address", host);
 
@@ -346,6 +354,7 @@ mrl_status mrl_server_start(mrl_engine *e, mrl_model *m, mrl_tokenizer *t,
   s->max_queue = cfg->max_queue ? cfg->max_queue : 64;
   s->max_batch = cfg->max_batch ? cfg->max_batch : 8;
   s->batch_invariant = cfg->batch_invariant != 0;
+  s->tool_format = tool_format;
   s->max_body = cfg->max_body ? cfg->max_body : (size_t)64 << 20;
   s->ctx = mc.ctx;
   s->vocab = mc.vocab;

@@ -7,6 +7,7 @@
 #define _DEFAULT_SOURCE
 #include "json.h"
 #include "serve_internal.h"
+#include "toolcall.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -49,6 +50,11 @@ typedef struct {
   srv_buf lp[4];   /* logprobs pieces: chat: content entries; completions: tokens,
                       token_logprobs, top_logprobs, text_offset */
   int lp_count;    /* entries in lp (since the last streamed chunk) */
+  srv_tools tools; /* the request's tools (tools.n == 0: none) */
+  bool use_tools;  /* calls are read out of the text (tools given, tool_choice not "none") */
+  bool constrained; /* tool_choice "required" or a function: every token keeps tc a call */
+  tc_state tc;
+  uint8_t *mask;   /* constrained: the tokens allowed at this step (vocab bytes) */
 } gen;
 
 typedef struct {
@@ -59,6 +65,9 @@ typedef struct {
   char *scratch;
   size_t scratch_cap;
   uint64_t next_id;
+  /* for constrained decoding, made at the first forced call: every token's bytes */
+  char *vocab_bytes;
+  size_t *vocab_off; /* vocab + 1 offsets into vocab_bytes */
 } worker;
 
 /* ---- small helpers ---- */
@@ -71,6 +80,8 @@ static void gen_free(gen *g) {
   for (int i = 0; i < g->n_stops; i++) free(g->stops[i]);
   mrl__sb_free(&g->text);
   for (int i = 0; i < 4; i++) mrl__sb_free(&g->lp[i]);
+  mrl__tools_free(&g->tools);
+  free(g->mask);
   free(g);
 }
 
@@ -243,18 +254,36 @@ static bool encode(worker *w, srv_job *j, const char *param, const char *text, s
   return true;
 }
 
-/* Chat messages through the engine's chat template. */
+/* Chat messages through the engine's chat template. With tools (NULL: none), their description
+ * joins the system message (or makes one), assistant tool_calls are written as the model writes
+ * calls, and tool results as it reads them. */
 static bool render_chat(worker *w, srv_job *j, const mrl_json *msgs, bool add_generation_prompt,
-                        int32_t **out, int *n) {
+                        const srv_tools *tools, int32_t **out, int *n) {
   if (!msgs || msgs->type != MRL_JSON_ARRAY || msgs->length == 0)
     return BAD("messages", "'messages' must be a non-empty array");
-  mrl_chat_message *cm = calloc(msgs->length, sizeof *cm);
-  srv_buf *parts = calloc(msgs->length, sizeof *parts);
+  int format = tools && tools->n ? tools->format : w->s->tool_format;
+  /* one more message when the tools need a system message of their own */
+  size_t extra = tools && tools->n ? 1 : 0, count = msgs->length + extra;
+  mrl_chat_message *cm = calloc(count, sizeof *cm);
+  srv_buf *parts = calloc(count, sizeof *parts);
   bool ok = cm && parts;
   if (!ok) BAD("messages", "out of memory");
-  size_t total = 16;
-  static const char *const msg_keys[] = {"role", "content", "name", NULL};
-  for (size_t i = 0; ok && i < msgs->length; i++) {
+  static const char *const msg_keys[] = {"role", "content", "name", "tool_calls", "tool_call_id",
+                                         NULL};
+  size_t at = 0; /* the next message of cm */
+  if (ok && extra) {
+    const mrl_json *first = &msgs->items[0], *role = mrl__json_get(first, "role");
+    bool has_system = first->type == MRL_JSON_OBJECT && role && role->type == MRL_JSON_STRING &&
+                      (!strcmp(role->string, "system") || !strcmp(role->string, "developer"));
+    if (!has_system) { /* a system message of its own, first */
+      cm[0].role = "system";
+      mrl__tools_prompt(tools, &parts[0]);
+      at = 1;
+    } else {
+      count--;
+    }
+  }
+  for (size_t i = 0; ok && i < msgs->length; i++, at++) {
     const mrl_json *m = &msgs->items[i];
     if (m->type != MRL_JSON_OBJECT) {
       ok = BAD("messages", "messages[%zu] must be an object", i);
@@ -269,43 +298,67 @@ static bool render_chat(worker *w, srv_job *j, const mrl_json *msgs, bool add_ge
       ok = BAD("messages", "messages[%zu].role must be a non-empty string", i);
       break;
     }
-    cm[i].role = role->string;
+    cm[at].role = role->string;
+    srv_buf *text = &parts[at];
     if (content && content->type == MRL_JSON_STRING) {
-      cm[i].content = content->string;
-      cm[i].content_len = content->length;
+      mrl__sb_add(text, content->string, content->length);
     } else if (content && content->type == MRL_JSON_ARRAY) {
       for (size_t k = 0; ok && k < content->length; k++) {
         const mrl_json *part = &content->items[k];
-        const mrl_json *type = mrl__json_get(part, "type"), *text = mrl__json_get(part, "text");
-        if (!type || type->type != MRL_JSON_STRING || strcmp(type->string, "text") || !text ||
-            text->type != MRL_JSON_STRING)
+        const mrl_json *type = mrl__json_get(part, "type"), *txt = mrl__json_get(part, "text");
+        if (!type || type->type != MRL_JSON_STRING || strcmp(type->string, "text") || !txt ||
+            txt->type != MRL_JSON_STRING)
           ok = BAD("messages", "messages[%zu].content[%zu]: only text parts are supported", i,
                    k);
         else
-          mrl__sb_add(&parts[i], text->string, text->length);
+          mrl__sb_add(text, txt->string, txt->length);
       }
-      cm[i].content = parts[i].p;
-      cm[i].content_len = parts[i].len;
     } else if (!is_null(content)) {
       ok = BAD("messages", "messages[%zu].content must be a string or an array of text parts", i);
     }
+    if (!ok) break;
+    if (i == 0 && extra && at == 0) { /* the system message: the tools after its text */
+      if (text->len) mrl__sb_str(text, "\n\n");
+      mrl__tools_prompt(tools, text);
+    }
+    if (!strcmp(role->string, "tool")) { /* a tool's result, as the model reads one */
+      srv_buf wrapped = {0};
+      mrl__tools_render_result(format, text->p ? text->p : "", text->len, &wrapped);
+      mrl__sb_free(text);
+      *text = wrapped;
+    }
+    const mrl_json *calls = mrl__json_get(m, "tool_calls");
+    if (!is_null(calls)) {
+      char err[256];
+      if (strcmp(role->string, "assistant")) {
+        ok = BAD("messages", "messages[%zu]: only assistant messages have tool_calls", i);
+      } else if (!mrl__tools_render_calls(format, calls, w->s->e, text, err, sizeof err)) {
+        ok = BAD("messages", "messages[%zu].%s", i, err);
+      }
+    }
+    if (text->failed) ok = BAD("messages", "out of memory");
+  }
+  size_t total = 16;
+  for (size_t i = 0; ok && i < count; i++) {
+    cm[i].content = parts[i].p;
+    cm[i].content_len = parts[i].len;
     total += 3 * (strlen(cm[i].role) + cm[i].content_len) + 10;
   }
   int32_t *ids = NULL;
-  size_t count = 0;
+  size_t got = 0;
   if (ok) {
     ids = malloc(total * sizeof *ids);
     if (!ids) {
       ok = BAD("messages", "out of memory");
-    } else if (mrl_tokenizer_chat(w->s->t, MRL_CHAT_AUTO, cm, msgs->length,
-                                  add_generation_prompt, ids, total, &count) != MRL_OK ||
-               count > total) {
+    } else if (mrl_tokenizer_chat(w->s->t, MRL_CHAT_AUTO, cm, count, add_generation_prompt, ids,
+                                  total, &got) != MRL_OK ||
+               got > total) {
       ok = BAD("messages", "the chat template refused the messages: %s",
                mrl_engine_last_error(w->s->e));
     }
   }
   if (parts)
-    for (size_t i = 0; i < msgs->length; i++) mrl__sb_free(&parts[i]);
+    for (size_t i = 0; i < msgs->length + extra; i++) mrl__sb_free(&parts[i]);
   free(parts);
   free(cm);
   if (!ok) {
@@ -313,7 +366,7 @@ static bool render_chat(worker *w, srv_job *j, const mrl_json *msgs, bool add_ge
     return false;
   }
   *out = ids;
-  *n = (int)count;
+  *n = (int)got;
   return true;
 }
 
@@ -438,16 +491,25 @@ static bool parse_gen(worker *w, srv_job *j, const mrl_json *root, gen *g) {
         !get_bool(w, j, root, "add_generation_prompt", &add_gen))
       return false;
     g->top_logprobs = (int)top;
-    v = mrl__json_get(root, "tools");
-    if (!is_null(v) && (v->type != MRL_JSON_ARRAY || v->length))
-      return BAD("tools", "'tools' (tool calling) is not supported by moonrl serve yet");
-    v = mrl__json_get(root, "tool_choice");
-    if (!is_null(v) && (v->type != MRL_JSON_STRING ||
-                        (strcmp(v->string, "none") && strcmp(v->string, "auto"))))
+    bool parallel = true;
+    if (!get_bool(w, j, root, "parallel_tool_calls", &parallel)) return false;
+    const mrl_json *tools = mrl__json_get(root, "tools"),
+                   *choice = mrl__json_get(root, "tool_choice");
+    if (!is_null(tools) && !(tools->type == MRL_JSON_ARRAY && tools->length == 0)) {
+      char err[512];
+      const char *param = "tools";
+      if (!mrl__tools_read(&g->tools, s->tool_format, tools, choice, parallel, err, sizeof err,
+                           &param))
+        return BAD(param, "%s", err);
+      g->use_tools = g->tools.choice != TOOL_CHOICE_NONE;
+      g->constrained =
+          g->tools.choice == TOOL_CHOICE_REQUIRED || g->tools.choice == TOOL_CHOICE_FUNCTION;
+      if (g->constrained) mrl__tc_start(&g->tc, &g->tools);
+    } else if (!is_null(choice) && (choice->type != MRL_JSON_STRING ||
+                                    (strcmp(choice->string, "none") &&
+                                     strcmp(choice->string, "auto")))) {
       return BAD("tool_choice", "'tool_choice' other than \"none\" or \"auto\" needs tools");
-    v = mrl__json_get(root, "parallel_tool_calls");
-    if (!is_null(v) && v->type != MRL_JSON_TRUE && v->type != MRL_JSON_FALSE)
-      return BAD("parallel_tool_calls", "'parallel_tool_calls' must be a boolean");
+    }
     v = mrl__json_get(root, "response_format");
     if (!is_null(v)) {
       const mrl_json *type = mrl__json_get(v, "type");
@@ -459,8 +521,8 @@ static bool parse_gen(worker *w, srv_job *j, const mrl_json *root, gen *g) {
       if (!v) return BAD("tokens", "'tokens' (the prompt's token ids) is required");
       if (!get_ids(w, j, v, "tokens", &g->prompt, &g->n_prompt, false)) return false;
       g->return_token_ids = true;
-    } else if (!render_chat(w, j, mrl__json_get(root, "messages"), add_gen, &g->prompt,
-                            &g->n_prompt)) {
+    } else if (!render_chat(w, j, mrl__json_get(root, "messages"), add_gen,
+                            g->tools.n ? &g->tools : NULL, &g->prompt, &g->n_prompt)) {
       return false;
     }
   } else {
@@ -598,9 +660,23 @@ static void full_reply(worker *w, gen *g) {
   head_json(&b, g, g->chat ? "chat.completion" : "text_completion", w->s->model_name);
   mrl__sb_str(&b, ",\"choices\":[{\"index\":0,");
   if (g->chat) {
+    srv_buf content = {0}, calls = {0};
+    int nc = g->use_tools ? mrl__tools_parse(&g->tools, w->s->e, g->text.p, g->text.len, g->id,
+                                             false, &content, &calls)
+                          : 0;
     mrl__sb_str(&b, "\"message\":{\"role\":\"assistant\",\"content\":");
-    mrl__sb_json_str(&b, g->text.p ? g->text.p : "", g->text.len);
-    mrl__sb_str(&b, ",\"refusal\":null},");
+    if (nc && !content.len) mrl__sb_str(&b, "null");
+    else if (nc) mrl__sb_json_str(&b, content.p, content.len);
+    else mrl__sb_json_str(&b, g->text.p ? g->text.p : "", g->text.len);
+    mrl__sb_str(&b, ",\"refusal\":null");
+    if (nc) {
+      mrl__sb_str(&b, ",\"tool_calls\":");
+      mrl__sb_add(&b, calls.p, calls.len);
+      g->finish = "tool_calls";
+    }
+    mrl__sb_str(&b, "},");
+    mrl__sb_free(&content);
+    mrl__sb_free(&calls);
   } else {
     mrl__sb_str(&b, "\"text\":");
     mrl__sb_json_str(&b, g->text.p ? g->text.p : "", g->text.len);
@@ -626,6 +702,7 @@ static void full_reply(worker *w, gen *g) {
 static size_t streamable(const gen *g, bool final) {
   size_t n = g->text.len;
   if (final) return n;
+  if (g->use_tools) return g->emitted; /* the text may turn out to be calls: kept to the end */
   if (g->max_stop_len > 1) n = n > g->max_stop_len - 1 ? n - (g->max_stop_len - 1) : 0;
   const unsigned char *t = (const unsigned char *)g->text.p;
   for (size_t back = 1; back <= 3 && back <= n; back++) {
@@ -646,11 +723,24 @@ static void stream_chunk(worker *w, gen *g, const char *finish, bool first) {
   head_json(&b, g, g->chat ? "chat.completion.chunk" : "text_completion", w->s->model_name);
   mrl__sb_str(&b, ",\"choices\":[{\"index\":0,");
   if (g->chat) {
+    srv_buf content = {0}, calls = {0};
+    int nc = finish && g->use_tools ? mrl__tools_parse(&g->tools, w->s->e, g->text.p, g->text.len,
+                                                       g->id, true, &content, &calls)
+                                    : 0;
     mrl__sb_str(&b, "\"delta\":{");
     if (first) mrl__sb_str(&b, "\"role\":\"assistant\",");
     mrl__sb_str(&b, "\"content\":");
-    mrl__sb_json_str(&b, g->text.p ? g->text.p + g->emitted : "", upto - g->emitted);
+    if (nc && !content.len) mrl__sb_str(&b, "null");
+    else if (nc) mrl__sb_json_str(&b, content.p, content.len);
+    else mrl__sb_json_str(&b, g->text.p ? g->text.p + g->emitted : "", upto - g->emitted);
+    if (nc) {
+      mrl__sb_str(&b, ",\"tool_calls\":");
+      mrl__sb_add(&b, calls.p, calls.len);
+      finish = g->finish = "tool_calls";
+    }
     mrl__sb_str(&b, "},");
+    mrl__sb_free(&content);
+    mrl__sb_free(&calls);
   } else {
     mrl__sb_str(&b, "\"text\":");
     mrl__sb_json_str(&b, g->text.p ? g->text.p + g->emitted : "", upto - g->emitted);
@@ -701,7 +791,7 @@ static void token_name(srv_buf *b, const gen *g, int32_t id, const char *txt, si
 
 /* Gathers the logprobs entry of a token sampled after logits `logits` (vocab floats). */
 static void add_logprob(worker *w, gen *g, int32_t tok, float lp, const float *logits,
-                        size_t offset) {
+                        const uint8_t *mask, size_t offset) {
   size_t len;
   const char *txt = token_text(w, tok, &len);
   if (!txt) txt = "", len = 0;
@@ -709,15 +799,18 @@ static void add_logprob(worker *w, gen *g, int32_t tok, float lp, const float *l
   float topv[MAX_TOP];
   int k = g->top_logprobs;
   if (k > 0) {
-    /* the k most likely tokens under the distribution the sampled logprob is measured in */
+    /* the k most likely tokens under the distribution the sampled logprob is measured in (over
+     * the allowed tokens when constrained) */
     float temp = g->sampling.temperature > 0 ? g->sampling.temperature : 1.0f;
     double mx = -INFINITY, sum = 0;
     for (int i = 0; i < w->s->vocab; i++)
-      if (logits[i] / temp > mx) mx = logits[i] / temp;
-    for (int i = 0; i < w->s->vocab; i++) sum += exp(logits[i] / temp - mx);
+      if ((!mask || mask[i]) && logits[i] / temp > mx) mx = logits[i] / temp;
+    for (int i = 0; i < w->s->vocab; i++)
+      if (!mask || mask[i]) sum += exp(logits[i] / temp - mx);
     double lse = mx + log(sum);
     int n = 0;
     for (int i = 0; i < w->s->vocab; i++) {
+      if (mask && !mask[i]) continue;
       float v = (float)(logits[i] / temp - lse);
       if (n < k || v > topv[n - 1]) {
         int p = n < k ? n++ : n - 1;
@@ -833,12 +926,16 @@ static const char *take_token(worker *w, gen *g, int32_t tok, float lp) {
   g->tokens[g->n_tokens] = tok;
   g->lps[g->n_tokens] = lp;
   g->n_tokens++;
-  if (g->logprobs) add_logprob(w, g, tok, lp, logits, offset);
-  for (int i = 0; i < g->n_stop_ids; i++)
+  if (g->logprobs) add_logprob(w, g, tok, lp, logits, g->constrained ? g->mask : NULL, offset);
+  for (int i = 0; i < g->n_stop_ids && !g->constrained; i++)
     if (tok == g->stop_ids[i]) return "stop";
   size_t len;
   const char *txt = token_text(w, tok, &len);
   if (txt) mrl__sb_add(&g->text, txt, len);
+  if (g->constrained && txt) { /* the mask let only tokens through that the call can take */
+    mrl__tc_feed(&g->tc, &g->tools, txt, len);
+    if (mrl__tc_done(&g->tc)) return "stop";
+  }
   for (int i = 0; i < g->n_stops; i++) {
     size_t from = offset + 1 > g->stop_lens[i] ? offset + 1 - g->stop_lens[i] : 0;
     for (size_t p = from; p + g->stop_lens[i] <= g->text.len; p++) {
@@ -851,6 +948,47 @@ static const char *take_token(worker *w, gen *g, int32_t tok, float lp) {
   }
   if (g->n_tokens >= g->max_tokens || g->n_prompt + g->n_tokens >= w->s->ctx) return "length";
   return NULL;
+}
+
+/* Every token's bytes, once (for the masks of forced calls). */
+static bool vocab_bytes(worker *w) {
+  if (w->vocab_off) return true;
+  int V = w->s->vocab;
+  size_t *off = malloc(((size_t)V + 1) * sizeof *off);
+  srv_buf all = {0};
+  for (int v = 0; off && v < V; v++) {
+    size_t len;
+    const char *txt = token_text(w, v, &len);
+    off[v] = all.len;
+    if (txt) mrl__sb_add(&all, txt, len);
+  }
+  if (!off || all.failed) {
+    free(off);
+    mrl__sb_free(&all);
+    return false;
+  }
+  off[V] = all.len;
+  w->vocab_off = off;
+  w->vocab_bytes = all.p;
+  return true;
+}
+
+/* g->mask: the tokens whose bytes keep g's forced call well-formed (never an end-of-turn token:
+ * the call ends the generation itself). */
+static bool tool_mask(worker *w, gen *g) {
+  int V = w->s->vocab;
+  if (!vocab_bytes(w) || (!g->mask && !(g->mask = malloc((size_t)V)))) {
+    mrl__fail(w->s->e, MRL_ERR_NOMEM, "moonrl serve", "out of memory");
+    return false;
+  }
+  for (int v = 0; v < V; v++) {
+    size_t n = w->vocab_off[v + 1] - w->vocab_off[v];
+    tc_state t = g->tc;
+    g->mask[v] = n && mrl__tc_feed(&t, &g->tools, w->vocab_bytes + w->vocab_off[v], n);
+  }
+  for (int i = 0; i < g->n_stop_ids; i++)
+    if (g->stop_ids[i] >= 0 && g->stop_ids[i] < V) g->mask[g->stop_ids[i]] = 0;
+  return true;
 }
 
 static void decode_step(worker *w) {
@@ -872,6 +1010,20 @@ static void decode_step(worker *w) {
   /* sample, one call per group of equal sampling settings */
   bool grouped[w->s->max_batch];
   memset(grouped, 0, sizeof grouped);
+  for (int i = 0; i < s->max_batch; i++) { /* forced tool calls: one at a time, masked */
+    gen *g = w->slots[i];
+    if (!g || !g->constrained) continue;
+    grouped[i] = true;
+    if (!tool_mask(w, g) ||
+        mrl_kv_cache_sample_masked(w->cache, i, &g->sampling, g->mask, &sampled[n], &lps[n]) !=
+            MRL_OK) {
+      fail_job(s, g->job, 500, "server_error", NULL, "internal_error",
+               "the forced tool call cannot go on: %s", mrl_engine_last_error(s->e));
+      release_slot(w, g);
+      continue;
+    }
+    slots[n++] = i;
+  }
   for (int i = 0; i < s->max_batch; i++) {
     if (!w->slots[i] || grouped[i]) continue;
     int group[w->s->max_batch], gn = 0;
@@ -956,7 +1108,7 @@ static void tokenize(worker *w, srv_job *j, const mrl_json *root) {
   int n = 0;
   const mrl_json *prompt = mrl__json_get(root, "prompt");
   if (mrl__json_get(root, "messages")) {
-    if (!render_chat(w, j, mrl__json_get(root, "messages"), add_gen, &ids, &n)) return;
+    if (!render_chat(w, j, mrl__json_get(root, "messages"), add_gen, NULL, &ids, &n)) return;
   } else if (prompt && prompt->type == MRL_JSON_STRING) {
     if (!encode(w, j, "prompt", prompt->string, prompt->length, &ids, &n)) return;
   } else {
@@ -1219,5 +1371,7 @@ void *mrl__serve_worker(void *arg) {
   mrl_kv_cache_free(w.cache);
   free(w.slots);
   free(w.scratch);
+  free(w.vocab_bytes);
+  free(w.vocab_off);
   return NULL;
 }

@@ -145,6 +145,7 @@ local function chat_stream(self, body, a)
   body.stream = true
   body.stream_options = { include_usage = true }
   local parts, usage, finish, err, done = {}, nil, nil, nil, false
+  local calls = {} -- tool calls joined from their deltas, by index (arguments arrive in pieces)
   local status, headers, text = self.http:request{ method = "POST", path = "/v1/chat/completions",
     body = body, timeout = a.timeout, stream = function(ev)
       if ev.done then done = true return true end
@@ -159,6 +160,20 @@ local function chat_stream(self, body, a)
           parts[#parts + 1] = d
           a.stream(d, chunk)
         end
+        local tc = type(c.delta) == "table" and c.delta.tool_calls
+        if type(tc) == "table" then
+          for _, piece in ipairs(tc) do
+            local at = (math.tointeger(piece.index) or #calls) + 1
+            local call = calls[at] or { type = "function", ["function"] = { name = "", arguments = "" } }
+            calls[at] = call
+            if type(piece.id) == "string" then call.id = piece.id end
+            local f = type(piece["function"]) == "table" and piece["function"] or {}
+            if type(f.name) == "string" then call["function"].name = call["function"].name .. f.name end
+            if type(f.arguments) == "string" then
+              call["function"].arguments = call["function"].arguments .. f.arguments
+            end
+          end
+        end
         if type(c.finish_reason) == "string" then finish = c.finish_reason end
       end
       return true
@@ -171,7 +186,8 @@ local function chat_stream(self, body, a)
   if not done then return nil, "the stream ended before [DONE]", {} end
   usage = usage or {}
   return table.concat(parts), { prompt_tokens = usage.prompt_tokens,
-    completion_tokens = usage.completion_tokens, finish_reason = finish, token_exact = false }
+    completion_tokens = usage.completion_tokens, finish_reason = finish, token_exact = false,
+    tool_calls = #calls > 0 and calls or nil }
 end
 
 function Client:chat(first, opts)
