@@ -9,6 +9,7 @@
 #                   the sandbox, serving and the HTTP client; BENCH_ONLY=serve for the last alone)
 #   make fuzz       the safetensors reader under libFuzzer for FUZZ_SECONDS (default 600)
 #   make fuzz-sse   the SSE parser under libFuzzer for FUZZ_SECONDS
+#   make fuzz-request  moonrl serve's request-body parser under libFuzzer for FUZZ_SECONDS
 #   make check-torch   moonrl's saved models in PyTorch (needs python3-torch)
 #   make install PREFIX=/usr/local   /   make uninstall PREFIX=...
 
@@ -290,6 +291,27 @@ fuzz-sse:
 	  -dict=../tests/fuzz/sse.dict sse_corpus
 
 $(BUILD)/tests/test_fuzz_sse_corpus: tests/fuzz/fuzz_sse.c
+
+# fuzz-request: `moonrl serve`'s request-body parser and validator (engine/src/serve/worker.c
+# through mrl__serve_check_request) the same way, on a copy of tests/fuzz/request_corpus
+# (build-fuzz/request_corpus), with a dictionary of the API's field names; the corpus replay test
+# checks each seed's status in make test. The server's layers are all built in.
+FUZZ_REQUEST_SRC := tests/fuzz/fuzz_request.c \
+                    $(wildcard $(addprefix engine/src/,$(addsuffix /*.c,base tensor model tokenizer gen serve)))
+
+.PHONY: fuzz-request
+fuzz-request:
+	@sh scripts/deps.sh clang libclang-rt-14-dev
+	@mkdir -p $(FUZZ_DIR)
+	clang -std=c11 -O1 -g -Wall -Wextra -Werror -D_POSIX_C_SOURCE=200809L \
+	  -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined $(call layer_inc,lua) \
+	  -Iengine/src/serve -o $(FUZZ_DIR)/fuzz_request $(FUZZ_REQUEST_SRC) \
+	  -lopenblas -lmicrohttpd -lm -ldl -lpthread
+	rm -rf $(FUZZ_DIR)/request_corpus && cp -r tests/fuzz/request_corpus $(FUZZ_DIR)/request_corpus
+	cd $(FUZZ_DIR) && ./fuzz_request -max_total_time=$(FUZZ_SECONDS) -print_final_stats=1 \
+	  -dict=../tests/fuzz/request.dict request_corpus
+
+$(BUILD)/tests/test_fuzz_request_corpus: tests/fuzz/fuzz_request.c
 
 LIBDIR  := $(PREFIX)/lib
 INCDIR  := $(PREFIX)/include

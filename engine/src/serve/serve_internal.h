@@ -78,6 +78,14 @@ struct mrl_server {
   int64_t policy_version, requests, steps, max_batch_seen, rejected;
 };
 
+/* What the engine thread would answer to a request body of kind (enum srv_kind, not
+ * JOB_LOAD_WEIGHTS), without running it: the HTTP status (200 for a valid generation, which is
+ * parsed and dropped; tokenize/detokenize answer fully) with the reply's body in *reply (the
+ * caller frees it); -1 when the check itself could not run. For the request-body fuzz target;
+ * uses s's engine, tokenizer and settings on the calling thread (no worker may run). */
+int mrl__serve_check_request(mrl_server *s, int kind, const char *body, size_t len,
+                             srv_buf *reply);
+
 /* The engine thread (worker.c). */
 void *mrl__serve_worker(void *server);
 /* Under the mutex: the job's reply is complete; wakes its HTTP thread; drops the engine side's

@@ -1240,7 +1240,8 @@ static void load_weights(worker *w, srv_job *j, const mrl_json *root) {
   reply(s, j, 200, &b);
 }
 
-static void handle(worker *w, srv_job *j) {
+/* One job: parsed, validated, answered or (a generation, when run) admitted to a slot. */
+static void handle(worker *w, srv_job *j, bool run) {
   mrl_server *s = w->s;
   if (j->kind == JOB_LOAD_WEIGHTS && j->raw) {
     load_weights(w, j, NULL);
@@ -1268,13 +1269,48 @@ static void handle(worker *w, srv_job *j) {
       fail_job(s, j, 500, "server_error", NULL, "internal_error", "out of memory");
     } else {
       g->job = j;
-      if (parse_gen(w, j, root, g))
+      if (parse_gen(w, j, root, g) && run) {
         admit(w, g);
-      else
+      } else {
+        if (!j->done) { /* valid, not run: as far as the checker goes */
+          pthread_mutex_lock(&s->mu);
+          mrl__serve_finish(j, 200);
+          pthread_mutex_unlock(&s->mu);
+        }
         gen_free(g);
+      }
     }
   }
   mrl__json_free(doc);
+}
+
+int mrl__serve_check_request(mrl_server *s, int kind, const char *body, size_t len,
+                             srv_buf *reply) {
+  if (kind == JOB_LOAD_WEIGHTS) return -1;
+  srv_job *j = calloc(1, sizeof *j);
+  worker w = {.s = s};
+  if (!j || !(j->body = malloc(len + 1))) {
+    free(j);
+    return -1;
+  }
+  memcpy(j->body, body, len);
+  j->body[len] = '\0';
+  j->body_len = len;
+  j->kind = kind;
+  j->refs = 2; /* the engine side's, dropped when the reply is complete, and ours */
+  pthread_cond_init(&j->cond, NULL);
+  handle(&w, j, false);
+  pthread_mutex_lock(&s->mu);
+  int status = j->done ? j->status : -1;
+  *reply = j->out;
+  memset(&j->out, 0, sizeof j->out);
+  if (!j->done) j->refs--; /* (handle always finishes a job; this keeps the count right) */
+  mrl__serve_release(j);
+  pthread_mutex_unlock(&s->mu);
+  free(w.scratch);
+  free(w.vocab_bytes);
+  free(w.vocab_off);
+  return status;
 }
 
 /* ---- the thread ---- */
@@ -1331,7 +1367,7 @@ void *mrl__serve_worker(void *arg) {
     while (taken) {
       srv_job *j = taken;
       taken = j->next;
-      handle(&w, j);
+      handle(&w, j, true);
     }
     if (w.active) decode_step(&w);
     pthread_mutex_lock(&s->mu);

@@ -698,6 +698,7 @@ static mrl_status encode_segment(mrl_tokenizer *t, const char *s, size_t n, bool
 
 /* Appends the ids of text[0..len) to t->out. */
 static mrl_status encode_append(mrl_tokenizer *t, const char *text, size_t len, bool special) {
+  if (len == 0) return MRL_OK; /* text may then be NULL (an empty message), and NULL + 0 is UB */
   size_t from = 0, at;
   int32_t id;
   while (added_find(t, &t->raw_added, text, len, from, special, &at, &id)) {
