@@ -7,8 +7,9 @@
 --   client:chat(messages, opts) -> text, info      messages = {{role =, content =}, ...}
 -- or, without chat,
 --   client:complete(prompt, opts) -> text, info    prompt = the messages' contents, joined
--- opts = {model =, timeout = (seconds, when the judge has one), and the judge's sampling table's
--- fields (temperature =, max_tokens =, top_p =, seed =, ...)}. text is the reply; info, optional,
+-- opts = {model = (when the judge names one; else the client uses its own), timeout = (seconds,
+-- when the judge has one), and the judge's sampling table's fields (temperature =, max_tokens =,
+-- top_p =, seed =, ...)}. text is the reply; info, optional,
 -- is {prompt_tokens =, completion_tokens =, cost =}. A failed call returns nil, message [, info]
 -- where info may say {timeout = true} or {retry_after = seconds} (a rate-limited server); a
 -- client that raises counts as a failed call. Optionally client:batch(requests) -> results, with
@@ -183,6 +184,9 @@ local function calling_setup(t)
   t.clock = t.clock or M.default_clock
   if t.rpm or t.tpm then t.limiter = M.limiter(t.rpm, t.tpm, t.clock) end
   t.judge_id = t.id or t.name
+  -- the model in the cache key: the judge's, else the one the client asks (rl.http.openai's model)
+  local ok, client_model = pcall(function() return t.client.model end)
+  t.model_key = t.model ~= "" and t.model or (ok and type(client_model) == "string" and client_model) or ""
   t.sampling_key = json.encode(t.sampling)
   t.calls_judge = true
   t.state = function(self)
@@ -230,7 +234,9 @@ end
 local function call_opts(t)
   local o = {}
   for k, v in pairs(t.sampling) do o[k] = v end
-  o.model, o.timeout = t.model, t.timeout
+  -- no model: the client's own (a server would take "" for a model's name)
+  o.model = t.model ~= "" and t.model or nil
+  o.timeout = t.timeout
   return o
 end
 
@@ -325,7 +331,7 @@ local function resolve(t, reqs)
   local store = t.store
   local first, todo = {}, {}
   for _, r in ipairs(reqs) do
-    r.key = table.concat({ t.judge_id, t.model, M.hash(json.encode(r.messages)), t.sampling_key }, "\0")
+    r.key = table.concat({ t.judge_id, t.model_key, M.hash(json.encode(r.messages)), t.sampling_key }, "\0")
     local e = store and store:get(r.key)
     if e then
       r.text, r.info, r.cost, r.hit = e.text, e.info or {}, 0, true
