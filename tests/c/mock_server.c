@@ -1,6 +1,7 @@
 /* mock_server.c - the scripted loopback HTTP server of the HTTP client's tests (mock_server.h):
- * one thread per connection, keep-alive, faults on request, counters, and vLLM-, SGLang-,
- * llama.cpp- and OpenAI-shaped replies. Test code: it may print and exit on impossible setup. */
+ * one thread per connection, keep-alive, faults on request, counters, a log of the requests with
+ * their arrival times, and vLLM-, SGLang-, llama.cpp- and OpenAI-shaped replies (judge verdicts
+ * and rankings among them). Test code: it may print and exit on impossible setup. */
 #define _GNU_SOURCE
 #include "mock_server.h"
 
@@ -19,7 +20,14 @@
 #include <time.h>
 #include <unistd.h>
 
-enum { MAX_CONNS = 1024, MAX_KEYS = 256, MAX_HEAD = 65536 };
+enum { MAX_CONNS = 1024, MAX_KEYS = 256, MAX_HEAD = 65536, MAX_LOG = 16384 };
+
+/* one request as it arrived: CLOCK_MONOTONIC seconds, its path (no query) and body */
+typedef struct {
+  double t;
+  char *path, *body;
+  size_t body_len;
+} logged;
 
 typedef struct {
   int fd;
@@ -38,6 +46,8 @@ struct mock_server {
   char *keys[MAX_KEYS];
   long hits[MAX_KEYS];
   int nkeys;
+  logged *log; /* MAX_LOG entries; later requests are only counted in dropped */
+  long nlog, dropped;
 };
 
 /* ---- a growing string ---- */
@@ -147,6 +157,47 @@ static long hit(mock_server *s, const request *r) {
   long n = i < MAX_KEYS ? ++s->hits[i] : 0;
   pthread_mutex_unlock(&s->mu);
   return n;
+}
+
+static double now_seconds(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* The routes that read or reset the server's own records, which are not logged. */
+static int is_control(const char *path) {
+  return strcmp(path, "/requests") == 0 || strcmp(path, "/stats") == 0 ||
+         strcmp(path, "/reset_stats") == 0 || strcmp(path, "/quit") == 0;
+}
+
+/* Logs a request that arrived at time t (before it is answered). */
+static void log_request(mock_server *s, const request *r, double t) {
+  if (is_control(r->path)) return;
+  pthread_mutex_lock(&s->mu);
+  if (!s->log) s->log = calloc(MAX_LOG, sizeof *s->log);
+  if (!s->log) abort();
+  if (s->nlog == MAX_LOG) {
+    s->dropped++;
+  } else {
+    logged *e = &s->log[s->nlog++];
+    e->t = t;
+    e->path = strdup(r->path);
+    e->body = malloc(r->body_len + 1);
+    if (!e->path || !e->body) abort();
+    memcpy(e->body, r->body, r->body_len + 1);
+    e->body_len = r->body_len;
+  }
+  pthread_mutex_unlock(&s->mu);
+}
+
+/* Forgets the log; the caller holds s->mu. */
+static void clear_log(mock_server *s) {
+  for (long i = 0; i < s->nlog; i++) {
+    free(s->log[i].path);
+    free(s->log[i].body);
+  }
+  s->nlog = s->dropped = 0;
 }
 
 static int respond(int fd, int code, const char *type, const char *extra, const char *body,
@@ -268,13 +319,60 @@ static void generation(int fd, const char *route, const mrl_json *root) {
   free(text.p);
 }
 
-/* The reply's words, for chat: "reply to: <content of the last message>". */
+/* A judge's verdict on text: "yes" when its first "answer: " is followed by a lowercase letter. */
+static void verdict(const char *text, str *reply) {
+  const char *a = strstr(text, "answer: ");
+  str_printf(reply, "%s", a && a[8] >= 'a' && a[8] <= 'z' ? "yes" : "no");
+}
+
+/* A ranking of the candidates of text, its lines "[k] ... <number> ...": "Ranking: " and their
+   numbers k, the largest <number> first (ties: the smaller k first). */
+static void ranking(const char *text, str *reply) {
+  enum { MAX_CAND = 64 };
+  long k[MAX_CAND], v[MAX_CAND];
+  int n = 0;
+  for (const char *line = text; line && *line && n < MAX_CAND;) {
+    const char *eol = strchr(line, '\n');
+    char *end;
+    if (line[0] == '[') {
+      long id = strtol(line + 1, &end, 10);
+      if (end > line + 1 && *end == ']') {
+        const char *d = end;
+        while (*d && d != eol && (*d < '0' || *d > '9')) d++;
+        long value = *d && d != eol ? strtol(d, NULL, 10) : 0;
+        int at = n++;
+        while (at > 0 && (v[at - 1] < value || (v[at - 1] == value && k[at - 1] > id))) {
+          k[at] = k[at - 1];
+          v[at] = v[at - 1];
+          at--;
+        }
+        k[at] = id;
+        v[at] = value;
+      }
+    }
+    line = eol ? eol + 1 : NULL;
+  }
+  str_printf(reply, "Ranking:");
+  for (int i = 0; i < n; i++) str_printf(reply, " %ld", k[i]);
+}
+
+/* The reply's words, for chat, from the content of the last message: for the models "verdict..."
+   a verdict, for "ranker" a ranking, for the others "reply to: <content>". */
 static void chat_reply(const mrl_json *root, str *reply) {
-  str_printf(reply, "reply to: ");
   const mrl_json *msgs = mrl__json_get(root, "messages");
-  if (msgs && msgs->type == MRL_JSON_ARRAY && msgs->length > 0) {
-    const mrl_json *c = mrl__json_get(&msgs->items[msgs->length - 1], "content");
-    if (c && c->type == MRL_JSON_STRING) str_add(reply, c->string, c->length);
+  const mrl_json *model = mrl__json_get(root, "model");
+  const char *name = model && model->type == MRL_JSON_STRING ? model->string : "";
+  const mrl_json *c = NULL;
+  if (msgs && msgs->type == MRL_JSON_ARRAY && msgs->length > 0)
+    c = mrl__json_get(&msgs->items[msgs->length - 1], "content");
+  if (c && c->type != MRL_JSON_STRING) c = NULL;
+  if (strncmp(name, "verdict", 7) == 0) {
+    verdict(c ? c->string : "", reply);
+  } else if (strcmp(name, "ranker") == 0) {
+    ranking(c ? c->string : "", reply);
+  } else {
+    str_printf(reply, "reply to: ");
+    if (c) str_add(reply, c->string, c->length);
   }
 }
 
@@ -390,6 +488,39 @@ static int json_route(int fd, const char *route, const request *r) {
 /* Answers one request; returns 0 to keep the connection, -1 to close it. */
 static int route(mock_server *s, int fd, const request *r) {
   const char *p = r->path;
+  long arg;
+  int used = 0;
+  if (sscanf(p, "/code/%ld%n", &arg, &used) == 1 && used > 0 && p[used] == '/') {
+    str e = {0};
+    str_printf(&e, "{\"error\":{\"message\":\"injected %ld\",\"type\":\"server_error\",\"code\":null}}", arg);
+    int rc = respond_json(fd, (int)arg, &e);
+    free(e.p);
+    return rc;
+  }
+  if (sscanf(p, "/delay/%ld%n", &arg, &used) == 1 && used > 0 && p[used] == '/') {
+    msleep(arg);
+    request inner = *r;
+    snprintf(inner.path, sizeof inner.path, "%s", p + used);
+    return route(s, fd, &inner);
+  }
+  if (strcmp(p, "/requests") == 0) {
+    str b = {0};
+    pthread_mutex_lock(&s->mu);
+    str_printf(&b, "{\"now\":%.9f,\"dropped\":%ld,\"requests\":[", now_seconds(), s->dropped);
+    for (long i = 0; i < s->nlog; i++) {
+      const logged *e = &s->log[i];
+      str_printf(&b, "%s{\"t\":%.9f,\"path\":", i ? "," : "", e->t);
+      str_json_string(&b, e->path, strlen(e->path));
+      str_printf(&b, ",\"body\":");
+      str_json_string(&b, e->body, e->body_len);
+      str_printf(&b, "}");
+    }
+    str_printf(&b, "]}");
+    pthread_mutex_unlock(&s->mu);
+    int rc = respond_json(fd, 200, &b);
+    free(b.p);
+    return rc;
+  }
   if (strcmp(p, "/echo") == 0) {
     str b = {0};
     str_printf(&b, "{\"method\":");
@@ -496,6 +627,7 @@ static int route(mock_server *s, int fd, const request *r) {
     for (int i = 0; i < s->nkeys; i++) free(s->keys[i]);
     s->nkeys = 0;
     memset(s->hits, 0, sizeof s->hits);
+    clear_log(s);
     pthread_mutex_unlock(&s->mu);
     return respond(fd, 200, "text/plain", NULL, "ok", 2);
   }
@@ -587,6 +719,7 @@ static void *serve_connection(void *arg) {
   str in = {0};
   request r;
   while (read_request(c->fd, &in, &r) == 0) {
+    log_request(s, &r, now_seconds());
     pthread_mutex_lock(&s->mu);
     s->requests++;
     pthread_mutex_unlock(&s->mu);
@@ -680,6 +813,8 @@ void mock_server_stop(mock_server *s) {
   for (int i = 0; i < MAX_CONNS; i++)
     if (s->conns[i].used) pthread_join(s->conns[i].thread, NULL);
   for (int i = 0; i < s->nkeys; i++) free(s->keys[i]);
+  if (s->log) clear_log(s);
+  free(s->log);
   pthread_mutex_destroy(&s->mu);
   free(s);
 }

@@ -18,11 +18,22 @@
  *   /hold?ms                 waits ms, then "ok"; in-flight requests are counted
  *   /stats                   JSON {requests, connections, open, max_open, inflight, max_inflight,
  *                            hits = {key: n}}; /reset_stats zeroes them (open connections stay)
+ *                            and empties the log
+ *   /requests                JSON {now, dropped, requests = [{t, path, body}]}: every request but
+ *                            /requests, /stats, /reset_stats and /quit, in order of arrival, t its
+ *                            CLOCK_MONOTONIC seconds when it was read (the clock of rl.clock), the
+ *                            path without its query; past 16384 entries only counted in dropped
+ *   /code/N/<route>          answers status N with an OpenAI-shaped error, whatever <route> is
+ *   /delay/MS/<route>        waits MS milliseconds, then answers as /<route> (a slow server)
  *   /v1/completions          vLLM-shaped completion for a token-id prompt (return_token_ids)
  *   /generate                SGLang-shaped, for input_ids
  *   /completion              llama.cpp-shaped, for a token-array prompt (n_probs)
  *   /v1/chat/completions     OpenAI-shaped chat reply "reply to: <last message content>",
- *                            streamed as chunks when "stream": true
+ *                            streamed as chunks when "stream": true; for a model named "verdict..."
+ *                            the reply is "yes" when the content's first "answer: " is followed by
+ *                            a lowercase letter, else "no"; for the model "ranker" it is
+ *                            "Ranking: k1 k2 ...", the candidates of the lines "[k] ... <number>"
+ *                            by their number, largest first; the model "unknown" gets a 404
  *   /quit                    "bye", then the server stops accepting (the standalone program ends)
  * The three generation routes give the same tokens for the same prompt and max tokens:
  * token k = (31 * sum(prompt) + 7 * k) % 1000 + 1, logprob k = -(k + 1) / 8, finish "length". */

@@ -907,6 +907,64 @@ describe("rl.reward terms", function()
     for i = 1, 7 do assert.are.equal(1, s[i].total) end
   end)
 
+  -- The busiest 60 seconds of a list of times.
+  local function busiest(times)
+    local worst = 0
+    for _, t in ipairs(times) do
+      local n = 0
+      for _, u in ipairs(times) do if u >= t and u < t + 60 then n = n + 1 end end
+      worst = math.max(worst, n)
+    end
+    return worst
+  end
+
+  it("judge: rpm holds as a server sees the calls, at any moment of their flight; a chunk never waits with calls held back", function()
+    -- the first call takes 0.9 s, the others 0.01 s; the server sees each call at its start or
+    -- at its end (the two extremes): counting a call only from its admission, call 61 would go
+    -- at 60 s and the server's 60 s from 0.9 s would hold 61 calls
+    local clock = fake_clock()
+    local starts, ends = {}, {}
+    local client = mock_judge(function()
+      starts[#starts + 1] = clock.t
+      clock.t = clock.t + (#starts == 1 and 0.9 or 0.01)
+      ends[#ends + 1] = clock.t
+      return "yes"
+    end)
+    local g = R.graph { terms = { R.judge { name = "j", client = client, prompt = "{answer}", cache = false,
+      rpm = 60, clock = clock } } }
+    local answers = {}
+    for i = 1, 70 do answers[i] = "a" .. i end
+    g:score(answers_batch(answers, 10))
+    assert.are.same({ 60, 60 }, { busiest(starts), busiest(ends) })
+    assert.is_true(starts[61] >= ends[1] + 60)
+    -- rpm = 2, concurrency = 3: the third call waits alone, after the first two went out
+    clock = fake_clock()
+    local sizes, sent = {}, {}
+    local batcher = { batch = function(_, requests)
+      sizes[#sizes + 1] = #requests
+      local out = {}
+      for k in ipairs(requests) do
+        sent[#sent + 1] = clock.t
+        out[k] = { "yes", {} }
+      end
+      clock.t = clock.t + 0.1
+      return out
+    end }
+    function batcher.chat() -- a chunk of one
+      sizes[#sizes + 1] = 1
+      sent[#sent + 1] = clock.t
+      clock.t = clock.t + 0.1
+      return "yes"
+    end
+    local g2 = R.graph { terms = { R.judge { name = "j", client = batcher, prompt = "{answer}", cache = false,
+      rpm = 2, concurrency = 3, clock = clock } } }
+    local s = g2:score(answers_batch({ "a", "b", "c" }, 3))
+    for i = 1, 3 do assert.are.equal(1, s[i].total) end
+    assert.are.same({ 2, 1 }, sizes)
+    assert.are.equal(2, busiest(sent))
+    assert.is_true(sent[3] >= 60.1)
+  end)
+
   it("model_client: a local rl.model serves as a deterministic judge", function()
     local m = rl.model.new { vocab = 264, dim = 16, layers = 1, heads = 2, ffn = 32, ctx = 128, seed = 9 }
     local client = R.model_client { model = m, tokenizer = tok, max_new_tokens = 4 }

@@ -7,8 +7,9 @@
 --   client:chat(messages, opts) -> text, info      messages = {{role =, content =}, ...}
 -- or, without chat,
 --   client:complete(prompt, opts) -> text, info    prompt = the messages' contents, joined
--- opts = {model =, timeout = (seconds, when the judge has one), and the judge's sampling table's
--- fields (temperature =, max_tokens =, top_p =, seed =, ...)}. text is the reply; info, optional,
+-- opts = {model = (when the judge names one; else the client uses its own), timeout = (seconds,
+-- when the judge has one), and the judge's sampling table's fields (temperature =, max_tokens =,
+-- top_p =, seed =, ...)}. text is the reply; info, optional,
 -- is {prompt_tokens =, completion_tokens =, cost =}. A failed call returns nil, message [, info]
 -- where info may say {timeout = true} or {retry_after = seconds} (a rate-limited server); a
 -- client that raises counts as a failed call. Optionally client:batch(requests) -> results, with
@@ -107,33 +108,44 @@ local Limiter = {}
 Limiter.__index = Limiter
 
 -- A sliding 60-second window of calls: at most rpm calls and tpm tokens in any 60 seconds of
--- clock.now(); clock.sleep(seconds) waits (a test's clock advances instead).
+-- clock.now(); clock.sleep(seconds) waits (a test's clock advances instead). A call counts from
+-- its admission until its reply and for 60 seconds after that: the server sees it somewhere in
+-- between, so no 60 seconds of the server's holds more than rpm calls either, whatever the
+-- network's delays.
 function M.limiter(rpm, tpm, clock)
   return setmetatable({ rpm = rpm, tpm = tpm, clock = clock, window = {} }, Limiter)
 end
 
--- Waits until a call of about `tokens` tokens fits, then counts it; returns its window entry
--- (whose tokens the caller corrects once the reply says how many there were).
-function Limiter:acquire(tokens)
-  local w = self.window
-  while true do
-    local now = self.clock.now()
-    while #w > 0 and w[1].t <= now - 60 do table.remove(w, 1) end
-    local used = 0
-    for _, e in ipairs(w) do used = used + e.tokens end
-    local wait
-    if self.rpm and #w >= self.rpm then
-      wait = w[1].t + 60 - now
-    elseif self.tpm and #w > 0 and used + tokens > self.tpm then
-      wait = w[1].t + 60 - now
-    end
-    if not wait then
-      local e = { t = now, tokens = tokens }
-      w[#w + 1] = e
-      return e
-    end
-    self.clock.sleep(math.max(wait, 1e-6))
+-- If a call of about `tokens` tokens fits now, counts it and returns its window entry (whose
+-- tokens the caller corrects once the reply says how many there were); else nil and how long
+-- to wait.
+function Limiter:try(tokens)
+  local w, now = self.window, self.clock.now()
+  while #w > 0 and w[1].t <= now - 60 do table.remove(w, 1) end
+  local used = 0
+  for _, e in ipairs(w) do used = used + e.tokens end
+  if (self.rpm and #w >= self.rpm) or (self.tpm and #w > 0 and used + tokens > self.tpm) then
+    return nil, math.max(w[1].t + 60 - now, 1e-6)
   end
+  local e = { t = now, tokens = tokens }
+  w[#w + 1] = e
+  return e
+end
+
+-- Waits until a call fits, then counts it (as try does).
+function Limiter:acquire(tokens)
+  while true do
+    local e, wait = self:try(tokens)
+    if e then return e end
+    self.clock.sleep(wait)
+  end
+end
+
+-- The calls of entries have their replies: they count from now. (The window stays in time
+-- order: the entries in flight are its newest.)
+function Limiter:finish(entries)
+  local now = self.clock.now()
+  for _, e in ipairs(entries) do e.t = now end
 end
 
 -- ---------------------------------------------------------------- calling
@@ -183,6 +195,9 @@ local function calling_setup(t)
   t.clock = t.clock or M.default_clock
   if t.rpm or t.tpm then t.limiter = M.limiter(t.rpm, t.tpm, t.clock) end
   t.judge_id = t.id or t.name
+  -- the model in the cache key: the judge's, else the one the client asks (rl.http.openai's model)
+  local ok, client_model = pcall(function() return t.client.model end)
+  t.model_key = t.model ~= "" and t.model or (ok and type(client_model) == "string" and client_model) or ""
   t.sampling_key = json.encode(t.sampling)
   t.calls_judge = true
   t.state = function(self)
@@ -230,7 +245,9 @@ end
 local function call_opts(t)
   local o = {}
   for k, v in pairs(t.sampling) do o[k] = v end
-  o.model, o.timeout = t.model, t.timeout
+  -- no model: the client's own (a server would take "" for a model's name)
+  o.model = t.model ~= "" and t.model or nil
+  o.timeout = t.timeout
   return o
 end
 
@@ -251,7 +268,9 @@ local function account(t, req, info, entry)
 end
 
 -- Makes requests (a list of {messages =, estimate =}), with budget, rate limit and retries:
--- sets req.text, req.info, req.cost, or req.failure (a message).
+-- sets req.text, req.info, req.cost, or req.failure (a message). Up to concurrency requests go
+-- out together; one the rate limit makes wait is not held back with them (waiting, the others'
+-- admissions would age while they were not yet sent), but starts the next chunk.
 local function send(t, reqs)
   local pending = {}
   for _, r in ipairs(reqs) do pending[#pending + 1] = r end
@@ -261,15 +280,20 @@ local function send(t, reqs)
     local retry = {}
     local k = 1
     while k <= #pending do
-      local chunk = {}
+      local chunk, entries = {}, {}
       while k <= #pending and #chunk < t.concurrency do
         local r = pending[k]
-        k = k + 1
         local why = over_budget(t)
         if why then
           r.failure = why
-        else
-          r.entry = t.limiter and t.limiter:acquire(r.estimate) or nil
+        elseif t.limiter then
+          r.entry = t.limiter:try(r.estimate)
+          if not r.entry and #chunk > 0 then break end
+          r.entry = r.entry or t.limiter:acquire(r.estimate)
+          entries[#entries + 1] = r.entry
+        end
+        k = k + 1
+        if not why then
           t.counters.calls = t.counters.calls + 1
           chunk[#chunk + 1] = r
         end
@@ -294,6 +318,7 @@ local function send(t, reqs)
         results = {}
         for j, r in ipairs(chunk) do results[j] = { raw_call(t, r.messages, call_opts(t)) } end
       end
+      if t.limiter then t.limiter:finish(entries) end
       for j, r in ipairs(chunk) do
         local text, info, extra = results[j][1], results[j][2], results[j][3]
         if text then
@@ -325,7 +350,7 @@ local function resolve(t, reqs)
   local store = t.store
   local first, todo = {}, {}
   for _, r in ipairs(reqs) do
-    r.key = table.concat({ t.judge_id, t.model, M.hash(json.encode(r.messages)), t.sampling_key }, "\0")
+    r.key = table.concat({ t.judge_id, t.model_key, M.hash(json.encode(r.messages)), t.sampling_key }, "\0")
     local e = store and store:get(r.key)
     if e then
       r.text, r.info, r.cost, r.hit = e.text, e.info or {}, 0, true
