@@ -267,6 +267,29 @@ describe("rl.http.openai", function()
       "prompt_ids: a non-empty list of token ids expected")
   end)
 
+  it("puts SGLang's sampling options inside sampling_params, others beside it", function()
+    local c = rl.http.client{ base_url = base }
+    assert.equal(200, (c:get("/reset_stats")))
+    local o = rl.http.openai{ base_url = base, profile = "sglang" }
+    assert(o:generate{ prompt_ids = { 1, 2 }, max_tokens = 2, seed = 4,
+                       extra = { ignore_eos = true, stop_token_ids = { 7 }, rid = "r1" } })
+    o:close()
+    local _, _, text = c:get("/requests")
+    c:close()
+    local sent
+    for _, r in ipairs(json.decode(text).requests) do
+      if r.path == "/generate" then sent = json.decode(r.body) end
+    end
+    assert.is_table(sent)
+    assert.same({ 7 }, sent.sampling_params.stop_token_ids)
+    assert.is_true(sent.sampling_params.ignore_eos)
+    assert.equal(4, sent.sampling_params.sampling_seed)
+    assert.equal(2, sent.sampling_params.max_new_tokens)
+    assert.equal("r1", sent.rid)
+    assert.is_nil(sent.stop_token_ids)
+    assert.is_nil(sent.sampling_params.rid)
+  end)
+
   it("serves a reward judge, with its batch of calls in flight at once", function()
     local o = rl.http.openai{ base_url = base, max_connections = 8 }
     local reqs = {}

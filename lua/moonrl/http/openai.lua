@@ -270,6 +270,14 @@ function readers.llamacpp(r)
   return ids, lp, LLAMA_STOP[r.stop_type] or r.stop_type, r.tokens_evaluated
 end
 
+-- The extra fields that SGLang's /generate takes inside sampling_params, not beside it.
+local SGLANG_SAMPLING = {}
+for _, k in ipairs{ "stop_token_ids", "ignore_eos", "min_new_tokens", "skip_special_tokens",
+                    "spaces_between_special_tokens", "no_stop_trim", "repetition_penalty",
+                    "presence_penalty", "frequency_penalty", "n", "json_schema", "regex", "ebnf" } do
+  SGLANG_SAMPLING[k] = true
+end
+
 local function generate_request(self, a)
   local kind = self.p.generate
   local sampling = { "temperature", "top_p", "top_k", "min_p", "seed", "stop" }
@@ -282,7 +290,10 @@ local function generate_request(self, a)
     for _, k in ipairs(sampling) do sp[k] = a[k] end
     sp.sampling_seed, sp.seed = a.seed, nil
     local body = { input_ids = a.prompt_ids, sampling_params = sp, return_logprob = true }
-    for k, v in pairs(a.extra or {}) do body[k] = v end
+    -- SGLang reads its sampling options (stop ids, ignore_eos, ...) inside sampling_params
+    for k, v in pairs(a.extra or {}) do
+      if SGLANG_SAMPLING[k] then sp[k] = v else body[k] = v end
+    end
     return "/generate", body
   else
     local body = { prompt = a.prompt_ids, n_predict = a.max_tokens, n_probs = 1, return_tokens = true }
