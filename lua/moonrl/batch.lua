@@ -31,6 +31,14 @@ Batch.__index = Batch
 local END_NAMES = { "done", "max_turns", "budget", "env_error", "infra" }
 M.ends = END_NAMES
 
+-- Whether a turn record is a tool call: parsed as one, or marked by the environment
+-- (info.tool_call = true, for actions it parses itself, as "exam xray"). The tool-call rate and
+-- rl.reward.budget's tool_calls count these.
+function M.is_tool_call(r)
+  return (type(r.parsed) == "table" and r.parsed.kind == "call")
+    or (type(r.info) == "table" and r.info.tool_call == true)
+end
+
 local function success_of(ep)
   local last = ep.record and ep.record[#ep.record]
   if last and type(last.info) == "table" and last.info.success ~= nil then
@@ -111,13 +119,17 @@ end
 local function scorable(ep) return ep.reward_status ~= "unscorable" end
 
 -- batch:stats() -> {episodes, groups, reward_mean, reward_std, success, length_mean,
--- sampled_tokens, tokens, turns_mean, zero_variance_groups (fraction), ends = {name = count},
--- errors, unscorable}. The reward figures leave out episodes a reward graph could not score.
+-- sampled_tokens, tokens, turns_mean, turns_max, tool_calls_per_turn (M.is_tool_call turns /
+-- all turns), zero_variance_groups (fraction), ends = {name = count}, errors, unscorable}. The
+-- reward figures leave out episodes a reward graph could not score (unscorable, infra). A group
+-- of two or more episodes is zero-variance when its scorable episodes all got one reward (one
+-- scorable episode left is too: it has nothing to be compared with); a group with no scorable
+-- episode is left out of the fraction, and a group of one is never zero-variance.
 function Batch:stats()
   local n = #self.episodes
   local s = { episodes = n, ends = {}, errors = 0, tokens = self.offsets[n + 1], unscorable = 0 }
   for _, name in ipairs(END_NAMES) do s.ends[name] = 0 end
-  local sum, sq, succ, len, turns, scored = 0, 0, 0, 0, 0, 0
+  local sum, sq, succ, len, turns, scored, tmax, calls, records = 0, 0, 0, 0, 0, 0, 0, 0, 0
   for _, ep in ipairs(self.episodes) do
     if scorable(ep) then
       sum, sq, scored = sum + ep.reward, sq + ep.reward * ep.reward, scored + 1
@@ -126,6 +138,11 @@ function Batch:stats()
     end
     succ = succ + (ep.success and 1 or 0)
     len, turns = len + ep.length, turns + ep.turns
+    tmax = math.max(tmax, ep.turns)
+    for _, r in ipairs(ep.record or {}) do
+      records = records + 1
+      if M.is_tool_call(r) then calls = calls + 1 end
+    end
     s.ends[ep["end"]] = (s.ends[ep["end"]] or 0) + 1
     if ep.error then s.errors = s.errors + 1 end
   end
@@ -135,8 +152,10 @@ function Batch:stats()
   s.success = n > 0 and succ / n or 0
   s.length_mean = n > 0 and len / n or 0
   s.turns_mean = n > 0 and turns / n or 0
+  s.turns_max = tmax
+  s.tool_calls_per_turn = records > 0 and calls / records or 0
   s.sampled_tokens = n > 0 and self.mask:sum() or 0
-  local groups, flat = self:groups(), 0
+  local groups, flat, counted = self:groups(), 0, 0
   for _, g in ipairs(groups) do
     local first, same, count = nil, true, 0
     for _, i in ipairs(g.members) do
@@ -146,10 +165,13 @@ function Batch:stats()
         if first == nil then first = ep.reward else same = same and ep.reward == first end
       end
     end
-    if same and count > 1 then flat = flat + 1 end
+    if count > 0 then
+      counted = counted + 1
+      if same and #g.members > 1 then flat = flat + 1 end
+    end
   end
   s.groups = #groups
-  s.zero_variance_groups = #groups > 0 and flat / #groups or 0
+  s.zero_variance_groups = counted > 0 and flat / counted or 0
   return s
 end
 
