@@ -1,7 +1,7 @@
 -- diagnostics_spec.lua - the trainer's diagnostics (moonrl.train.diagnostics and rl.batch's
 -- stats): effective sample utilisation, zero-variance groups with unscorable episodes, the
 -- gradient-norm spike rule on hand-made sequences, turns and the tool-call rate, the gate's
--- counts from the rollout stage and per-phase seconds; each against a
+-- counts from the rollout stage, per-phase seconds, and the diagnostics plot; each against a
 -- value worked out here by hand or from the step's own episodes.
 local H = dofile((debug.getinfo(1, "S").source:match("^@(.*/)") or "./") .. "helpers.lua")
 local rl = require "moonrl"
@@ -142,7 +142,7 @@ describe("diagnostics", function()
     assert.are.same({}, diag.gate_metrics(nil))
   end)
 
-  it("a tiny run logs each diagnostic with the value its episodes give", function()
+  it("a tiny run logs each diagnostic with the value its episodes give, and plots them", function()
     local dir = H.tmpdir()
     local seen = {}
     -- the default log stage, after noting what the step's own episodes give
@@ -225,6 +225,15 @@ describe("diagnostics", function()
       end
     end
     assert.is_true(#norms >= 3, "updates happened")
+    local svg = assert(io.open(dir .. "/letter_calls/diagnostics.svg")):read("a")
+    assert.matches("^<svg", svg)
+    for _, text in ipairs { "batch use", "utilisation", "zero%-var%. groups", "tool calls / turn",
+      "gate cut rate", "gate precision", "turns per episode", "gradient norm", "seconds per step",
+      "rollout", "update" } do
+      assert.matches(text, svg)
+    end
+    local _, panels = svg:gsub('<g transform="translate%(', "")
+    assert.are.equal(4, panels)
     H.sh("rm -rf " .. H.shell_quote(dir))
   end)
 
@@ -256,5 +265,19 @@ describe("diagnostics", function()
       H.error_of(rl.train, o))
     o.grad_spike = { window = 0 }
     assert.matches("grad_spike.window: a positive integer expected, got 0", H.error_of(rl.train, o))
+  end)
+
+  it("plot.render_panels lays figures out in a grid and checks its arguments", function()
+    local fig = { title = "a", series = { { name = "s", points = { { 1, 1 }, { 2, 3 } } },
+      { name = "marks", points = { { 2, 3 } }, dots = true, line = false } } }
+    local svg = rl.plot.render_panels { title = "run", columns = 2, panels = { fig, fig, fig } }
+    assert.matches('^<svg xmlns="http://www.w3.org/2000/svg" width="1280" height="834"', svg)
+    local _, g = svg:gsub("<g transform", "")
+    assert.are.equal(3, g)
+    local _, lines = svg:gsub("<polyline", "")
+    assert.are.equal(3, lines) -- the markers-only series draws no line
+    assert.matches("panels: a non%-empty list of figures expected", H.error_of(rl.plot.render_panels, { panels = {} }))
+    assert.matches("columns: a positive integer expected", H.error_of(rl.plot.render_panels, { panels = { fig }, columns = 0 }))
+    assert.matches("panels%[1%]%.series: a list of series expected", H.error_of(rl.plot.render_panels, { panels = { {} } }))
   end)
 end)
