@@ -18,6 +18,10 @@
 --   success               info.success of the last turn (else reward > 0)
 --   record                per turn {action, parsed, observation, reward, done, info, state,
 --                         tool_error}
+--   costs                 the episode's cost totals per currency (rl.envkit): the sum, in turn
+--                         order, of each turn's info.costs; nil when no turn was charged
+--   env_info              what the instance's optional episode_info() returned once the episode
+--                         ended (a persona, the planned noise, ...)
 --   branch                {root =, index =} for episodes of a tree rollout
 --   error                 the message when the episode ended in an error
 -- and, once a reward graph (rl.reward) scored it: reward (its total), rewards (its dense terms
@@ -39,6 +43,47 @@ function M.is_tool_call(r)
     or (type(r.info) == "table" and r.info.tool_call == true)
 end
 
+-- The cost totals of a turn list: each currency's info.costs summed in turn order; nil when no
+-- turn has costs.
+function M.cost_totals(record)
+  local totals
+  for _, r in ipairs(record or {}) do
+    local c = type(r.info) == "table" and r.info.costs
+    if type(c) == "table" then
+      totals = totals or {}
+      local names = {}
+      for name in pairs(c) do names[#names + 1] = name end
+      table.sort(names) -- (each currency's sum has one order: the turns')
+      for _, name in ipairs(names) do totals[name] = (totals[name] or 0) + c[name] end
+    end
+  end
+  return totals
+end
+
+-- The instance's episode_info() (an optional method: per-episode facts an environment logs,
+-- such as its persona or planned noise), or nil; nil and a message when it raised or returned
+-- something that is not a table.
+function M.env_info(instance)
+  if type(instance) ~= "table" or type(instance.episode_info) ~= "function" then return nil end
+  local ok, info = pcall(instance.episode_info, instance)
+  if not ok then return nil, "episode_info() failed: " .. tostring(info) end
+  if info ~= nil and type(info) ~= "table" then
+    return nil, "episode_info() returned a " .. type(info) .. ", not a table"
+  end
+  return info
+end
+
+-- Sets ep.env_info from the instance; a failing episode_info() is an environment error, as a
+-- failing step is (end "env_error", the message in ep.error unless it has one).
+function M.set_env_info(ep, instance)
+  local info, err = M.env_info(instance)
+  ep.env_info = info
+  if err then
+    ep["end"] = "env_error"
+    ep.error = ep.error or err
+  end
+end
+
 local function success_of(ep)
   local last = ep.record and ep.record[#ep.record]
   if last and type(last.info) == "table" and last.info.success ~= nil then
@@ -49,7 +94,8 @@ end
 
 -- rl.batch.new{tokens=, logprobs=, mask=, turns=, offsets=, episodes=}: checks the layout. An
 -- episode table needs reward and group; length (from offsets), turns (#record), end ("done"),
--- agent (1) and success are filled in when missing (batches made by hand or imported).
+-- agent (1), success and costs (M.cost_totals) are filled in when missing (batches made by hand
+-- or imported).
 function M.new(t)
   assert(type(t) == "table", "batch: a table expected")
   local n = #t.episodes
@@ -64,6 +110,7 @@ function M.new(t)
     ep.length = ep.length or (t.offsets[i + 1] - t.offsets[i])
     ep.turns = ep.turns or (ep.record and #ep.record or 0)
     ep["end"] = ep["end"] or "done"
+    if ep.costs == nil then ep.costs = M.cost_totals(ep.record) end
   end
   return setmetatable(t, Batch)
 end
@@ -76,6 +123,7 @@ function M.from_rollout(ro, results, groups)
   for i, r in ipairs(results) do
     local ep = {}
     for k, v in pairs(r) do ep[k] = v end
+    M.set_env_info(ep, r.instance)
     ep.instance = nil
     ep.reward = r.return_
     ep.return_ = nil
@@ -242,7 +290,8 @@ function Batch:episode_record(i, opts)
     ["end"] = ep["end"], turns = ep.turns, length = ep.length, reward = ep.reward,
     rewards = core.json.array(ep.rewards or {}), success = ep.success, error = ep.error,
     branch = ep.branch, record = turn_records(ep), reward_terms = ep.reward_terms,
-    reward_status = ep.reward_status, reward_version = ep.reward_version }
+    reward_status = ep.reward_status, reward_version = ep.reward_version, costs = ep.costs,
+    env_info = ep.env_info }
   if not (opts and opts.tokens == false) then
     local a, b = self:range(i)
     rec.tokens = values(self.tokens, a, b, true)
@@ -299,7 +348,7 @@ function M.load(path)
         ["end"] = rec["end"], turns = rec.turns, length = rec.length, reward = rec.reward,
         rewards = rec.rewards, success = rec.success, error = rec.error, record = rec.record,
         branch = rec.branch, reward_terms = rec.reward_terms, reward_status = rec.reward_status,
-        reward_version = rec.reward_version }
+        reward_version = rec.reward_version, costs = rec.costs, env_info = rec.env_info }
       eps[#eps + 1] = ep
     end
   end
