@@ -18,6 +18,10 @@
 --   success               info.success of the last turn (else reward > 0)
 --   record                per turn {action, parsed, observation, reward, done, info, state,
 --                         tool_error}
+--   costs                 the episode's cost totals per currency (rl.envkit): the sum, in turn
+--                         order, of each turn's info.costs; nil when no turn was charged
+--   env_info              what the instance's optional episode_info() returned once the episode
+--                         ended (a persona, the planned noise, ...)
 --   branch                {root =, index =} for episodes of a tree rollout
 --   error                 the message when the episode ended in an error
 -- and, once a reward graph (rl.reward) scored it: reward (its total), rewards (its dense terms
@@ -31,6 +35,55 @@ Batch.__index = Batch
 local END_NAMES = { "done", "max_turns", "budget", "env_error", "infra" }
 M.ends = END_NAMES
 
+-- Whether a turn record is a tool call: parsed as one, or marked by the environment
+-- (info.tool_call = true, for actions it parses itself, as "exam xray"). The tool-call rate and
+-- rl.reward.budget's tool_calls count these.
+function M.is_tool_call(r)
+  return (type(r.parsed) == "table" and r.parsed.kind == "call")
+    or (type(r.info) == "table" and r.info.tool_call == true)
+end
+
+-- The cost totals of a turn list: each currency's info.costs summed in turn order; nil when no
+-- turn has costs.
+function M.cost_totals(record)
+  local totals
+  for _, r in ipairs(record or {}) do
+    local c = type(r.info) == "table" and r.info.costs
+    if type(c) == "table" then
+      totals = totals or {}
+      local names = {}
+      for name in pairs(c) do names[#names + 1] = name end
+      table.sort(names) -- (each currency's sum has one order: the turns')
+      for _, name in ipairs(names) do totals[name] = (totals[name] or 0) + c[name] end
+    end
+  end
+  return totals
+end
+
+-- The instance's episode_info() (an optional method: per-episode facts an environment logs,
+-- such as its persona or planned noise), or nil; nil and a message when it raised or returned
+-- something that is not a table.
+function M.env_info(instance)
+  if type(instance) ~= "table" or type(instance.episode_info) ~= "function" then return nil end
+  local ok, info = pcall(instance.episode_info, instance)
+  if not ok then return nil, "episode_info() failed: " .. tostring(info) end
+  if info ~= nil and type(info) ~= "table" then
+    return nil, "episode_info() returned a " .. type(info) .. ", not a table"
+  end
+  return info
+end
+
+-- Sets ep.env_info from the instance; a failing episode_info() is an environment error, as a
+-- failing step is (end "env_error", the message in ep.error unless it has one).
+function M.set_env_info(ep, instance)
+  local info, err = M.env_info(instance)
+  ep.env_info = info
+  if err then
+    ep["end"] = "env_error"
+    ep.error = ep.error or err
+  end
+end
+
 local function success_of(ep)
   local last = ep.record and ep.record[#ep.record]
   if last and type(last.info) == "table" and last.info.success ~= nil then
@@ -41,7 +94,8 @@ end
 
 -- rl.batch.new{tokens=, logprobs=, mask=, turns=, offsets=, episodes=}: checks the layout. An
 -- episode table needs reward and group; length (from offsets), turns (#record), end ("done"),
--- agent (1) and success are filled in when missing (batches made by hand or imported).
+-- agent (1), success and costs (M.cost_totals) are filled in when missing (batches made by hand
+-- or imported).
 function M.new(t)
   assert(type(t) == "table", "batch: a table expected")
   local n = #t.episodes
@@ -56,6 +110,7 @@ function M.new(t)
     ep.length = ep.length or (t.offsets[i + 1] - t.offsets[i])
     ep.turns = ep.turns or (ep.record and #ep.record or 0)
     ep["end"] = ep["end"] or "done"
+    if ep.costs == nil then ep.costs = M.cost_totals(ep.record) end
   end
   return setmetatable(t, Batch)
 end
@@ -68,6 +123,7 @@ function M.from_rollout(ro, results, groups)
   for i, r in ipairs(results) do
     local ep = {}
     for k, v in pairs(r) do ep[k] = v end
+    M.set_env_info(ep, r.instance)
     ep.instance = nil
     ep.reward = r.return_
     ep.return_ = nil
@@ -111,13 +167,17 @@ end
 local function scorable(ep) return ep.reward_status ~= "unscorable" end
 
 -- batch:stats() -> {episodes, groups, reward_mean, reward_std, success, length_mean,
--- sampled_tokens, tokens, turns_mean, zero_variance_groups (fraction), ends = {name = count},
--- errors, unscorable}. The reward figures leave out episodes a reward graph could not score.
+-- sampled_tokens, tokens, turns_mean, turns_max, tool_calls_per_turn (M.is_tool_call turns /
+-- all turns), zero_variance_groups (fraction), ends = {name = count}, errors, unscorable}. The
+-- reward figures leave out episodes a reward graph could not score (unscorable, infra). A group
+-- of two or more episodes is zero-variance when its scorable episodes all got one reward (one
+-- scorable episode left is too: it has nothing to be compared with); a group with no scorable
+-- episode is left out of the fraction, and a group of one is never zero-variance.
 function Batch:stats()
   local n = #self.episodes
   local s = { episodes = n, ends = {}, errors = 0, tokens = self.offsets[n + 1], unscorable = 0 }
   for _, name in ipairs(END_NAMES) do s.ends[name] = 0 end
-  local sum, sq, succ, len, turns, scored = 0, 0, 0, 0, 0, 0
+  local sum, sq, succ, len, turns, scored, tmax, calls, records = 0, 0, 0, 0, 0, 0, 0, 0, 0
   for _, ep in ipairs(self.episodes) do
     if scorable(ep) then
       sum, sq, scored = sum + ep.reward, sq + ep.reward * ep.reward, scored + 1
@@ -126,6 +186,11 @@ function Batch:stats()
     end
     succ = succ + (ep.success and 1 or 0)
     len, turns = len + ep.length, turns + ep.turns
+    tmax = math.max(tmax, ep.turns)
+    for _, r in ipairs(ep.record or {}) do
+      records = records + 1
+      if M.is_tool_call(r) then calls = calls + 1 end
+    end
     s.ends[ep["end"]] = (s.ends[ep["end"]] or 0) + 1
     if ep.error then s.errors = s.errors + 1 end
   end
@@ -135,8 +200,10 @@ function Batch:stats()
   s.success = n > 0 and succ / n or 0
   s.length_mean = n > 0 and len / n or 0
   s.turns_mean = n > 0 and turns / n or 0
+  s.turns_max = tmax
+  s.tool_calls_per_turn = records > 0 and calls / records or 0
   s.sampled_tokens = n > 0 and self.mask:sum() or 0
-  local groups, flat = self:groups(), 0
+  local groups, flat, counted = self:groups(), 0, 0
   for _, g in ipairs(groups) do
     local first, same, count = nil, true, 0
     for _, i in ipairs(g.members) do
@@ -146,10 +213,13 @@ function Batch:stats()
         if first == nil then first = ep.reward else same = same and ep.reward == first end
       end
     end
-    if same and count > 1 then flat = flat + 1 end
+    if count > 0 then
+      counted = counted + 1
+      if same and #g.members > 1 then flat = flat + 1 end
+    end
   end
   s.groups = #groups
-  s.zero_variance_groups = #groups > 0 and flat / #groups or 0
+  s.zero_variance_groups = counted > 0 and flat / counted or 0
   return s
 end
 
@@ -220,7 +290,8 @@ function Batch:episode_record(i, opts)
     ["end"] = ep["end"], turns = ep.turns, length = ep.length, reward = ep.reward,
     rewards = core.json.array(ep.rewards or {}), success = ep.success, error = ep.error,
     branch = ep.branch, record = turn_records(ep), reward_terms = ep.reward_terms,
-    reward_status = ep.reward_status, reward_version = ep.reward_version }
+    reward_status = ep.reward_status, reward_version = ep.reward_version, costs = ep.costs,
+    env_info = ep.env_info }
   if not (opts and opts.tokens == false) then
     local a, b = self:range(i)
     rec.tokens = values(self.tokens, a, b, true)
@@ -277,7 +348,7 @@ function M.load(path)
         ["end"] = rec["end"], turns = rec.turns, length = rec.length, reward = rec.reward,
         rewards = rec.rewards, success = rec.success, error = rec.error, record = rec.record,
         branch = rec.branch, reward_terms = rec.reward_terms, reward_status = rec.reward_status,
-        reward_version = rec.reward_version }
+        reward_version = rec.reward_version, costs = rec.costs, env_info = rec.env_info }
       eps[#eps + 1] = ep
     end
   end

@@ -14,9 +14,15 @@
 --   step(action, parsed) -> observation, reward, done, info
 --       action is the turn's text, parsed its moonrl.parse result (a malformed call arrives as
 --       {kind = "error", message = ...}, never raised); info is an optional table, e.g.
---       {success = true}; observation may be nil when done
+--       {success = true}; observation may be nil when done. Fields the engine reads: success,
+--       milestone (BEACON), error, tool_call = true (the turn was a tool call the environment
+--       parsed itself: counted in the tool-call rate and rl.reward.budget's tool_calls), costs =
+--       {currency = amount} (the turn's charges, rl.envkit's ledger:turn(): summed into ep.costs)
 --   clone()     optional: an independent copy of the episode's state (tree rollouts)
 --   state_key() optional: a string naming the current state (GiGPO step groups)
+--   episode_info() optional: a table of per-episode facts (its persona, its planned noise),
+--       asked once the episode has ended and logged with it as env_info (episodes.jsonl); an
+--       error here is the episode's env_error
 -- A call to one of the environment's tools is run by the engine when the instance does not
 -- handle calls itself (handles_calls = true): the tool's text becomes the observation, with
 -- reward 0, and the episode goes on.

@@ -21,6 +21,8 @@ local rl = {
   tool = require("moonrl.tool"), -- rl.tool{...}, rl.tool.shell{...}, rl.tool.lua{...}
   rng = core.rng,           -- rl.rng(seed): a seeded random stream (random, normal)
   env = require("moonrl.env"), -- the environment protocol
+  envkit = require("moonrl.envkit"), -- for writing environments: costs{...}, noise{...},
+                            -- personas{...}, macros{...} (moonrl.envkit)
   parse = require("moonrl.parse"), -- tool-call and answer parsing (line and Hermes formats)
   batch = require("moonrl.batch"), -- trajectory batches: stats, select, concat, to_jsonl, load
   reward = require("moonrl.reward"), -- reward graphs: rl.reward.graph{terms = {...}}, judges, load

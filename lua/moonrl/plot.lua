@@ -6,6 +6,11 @@
 --     ymin = 0, ymax = 1,                -- optional fixed y range
 --     marks = { {x = 0, label = "after SFT"} },  -- optional vertical markers
 --   }) -> true | nil, message
+-- A series draws a line through its points; dots = true adds a dot at each, line = false leaves
+-- the line out (markers only).
+--
+--   plot.panels_svg(path, {title = "run", columns = 2, panels = {figure, figure, ...}})
+-- lays several such figures out in a grid in one SVG file (each panel as plot.svg draws it).
 local M = {}
 
 local W, H, LEFT, RIGHT, TOP, BOTTOM = 640, 400, 60, 150, 40, 50
@@ -31,8 +36,9 @@ local function fmt(v)
   return string.format("%.3g", v)
 end
 
--- The SVG text for the figure described above.
-function M.render(fig)
+-- Draws the figure's elements into a W x H box at the origin, through add (string.format's
+-- arguments).
+local function draw(fig, add)
   local xmin, xmax, ymin, ymax = math.huge, -math.huge, math.huge, -math.huge
   for _, s in ipairs(fig.series) do
     for _, p in ipairs(s.points) do
@@ -47,11 +53,6 @@ function M.render(fig)
   local pw, ph = W - LEFT - RIGHT, H - TOP - BOTTOM
   local function X(x) return LEFT + (x - xmin) / (xmax - xmin) * pw end
   local function Y(y) return TOP + ph - (y - ymin) / (ymax - ymin) * ph end
-  local out = {}
-  local function add(...) out[#out + 1] = string.format(...) end
-  add('<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" viewBox="0 0 %d %d" '
-    .. 'font-family="sans-serif" font-size="12">', W, H, W, H)
-  add('<rect width="%d" height="%d" fill="white"/>', W, H)
   add('<text x="%d" y="22" font-size="15" text-anchor="middle">%s</text>', LEFT + pw // 2,
     esc(fig.title or ""))
   -- grid and ticks
@@ -82,11 +83,11 @@ function M.render(fig)
     local color = s.color or PALETTE[(i - 1) % #PALETTE + 1]
     local pts = {}
     for _, p in ipairs(s.points) do pts[#pts + 1] = string.format("%.1f,%.1f", X(p[1]), Y(p[2])) end
-    if #pts > 1 then
+    if #pts > 1 and s.line ~= false then
       add('<polyline fill="none" stroke="%s" stroke-width="2" points="%s"/>', color,
         table.concat(pts, " "))
     end
-    if s.dots or #pts == 1 then
+    if s.dots or #pts == 1 or s.line == false then
       for _, p in ipairs(s.points) do
         add('<circle cx="%.1f" cy="%.1f" r="3.5" fill="%s"/>', X(p[1]), Y(p[2]), color)
       end
@@ -96,12 +97,67 @@ function M.render(fig)
       LEFT + pw + 32, ly, color)
     add('<text x="%d" y="%d">%s</text>', LEFT + pw + 38, ly + 4, esc(s.name))
   end
+end
+
+local function header(add, w, h)
+  add('<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" viewBox="0 0 %d %d" '
+    .. 'font-family="sans-serif" font-size="12">', w, h, w, h)
+  add('<rect width="%d" height="%d" fill="white"/>', w, h)
+end
+
+local function check_figure(fig, where)
+  if type(fig) ~= "table" then error(where .. ": a figure table expected, got " .. type(fig), 3) end
+  if type(fig.series) ~= "table" then error(where .. ".series: a list of series expected", 3) end
+end
+
+-- The SVG text for the figure described above.
+function M.render(fig)
+  check_figure(fig, "plot.render: fig")
+  local out = {}
+  local function add(...) out[#out + 1] = string.format(...) end
+  header(add, W, H)
+  draw(fig, add)
+  add("</svg>")
+  return table.concat(out, "\n") .. "\n"
+end
+
+-- The SVG text of several figures in a grid: {title =, columns = 2, panels = {fig, ...}}, the
+-- panels row by row.
+function M.render_panels(opts)
+  if type(opts) ~= "table" or type(opts.panels) ~= "table" or #opts.panels == 0 then
+    error("plot.render_panels: panels: a non-empty list of figures expected", 2)
+  end
+  local columns = opts.columns or 2
+  if math.type(columns) ~= "integer" or columns < 1 then
+    error("plot.render_panels: columns: a positive integer expected, got " .. tostring(columns), 2)
+  end
+  for i, fig in ipairs(opts.panels) do check_figure(fig, "plot.render_panels: panels[" .. i .. "]") end
+  columns = math.min(columns, #opts.panels)
+  local rows = (#opts.panels + columns - 1) // columns
+  local top = opts.title and 34 or 0
+  local out = {}
+  local function add(...) out[#out + 1] = string.format(...) end
+  header(add, columns * W, rows * H + top)
+  if opts.title then
+    add('<text x="%d" y="24" font-size="17" text-anchor="middle">%s</text>', columns * W // 2,
+      esc(opts.title))
+  end
+  for i, fig in ipairs(opts.panels) do
+    local col, row = (i - 1) % columns, (i - 1) // columns
+    add('<g transform="translate(%d,%d)">', col * W, top + row * H)
+    draw(fig, add)
+    add("</g>")
+  end
   add("</svg>")
   return table.concat(out, "\n") .. "\n"
 end
 
 function M.svg(path, fig)
   return require("moonrl.core").fs.write(path, M.render(fig))
+end
+
+function M.panels_svg(path, opts)
+  return require("moonrl.core").fs.write(path, M.render_panels(opts))
 end
 
 return M

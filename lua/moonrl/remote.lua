@@ -182,6 +182,7 @@ function M.rollout(opts)
       mask[at] = infra and 0 or t.mask[k]
     end
     offsets[i + 1] = #tokens
+    if ep["end"] ~= "infra" then batchlib.set_env_info(ep, ep.instance) end
     ep.length, ep.t, ep.instance = #t.tokens, nil, nil
     local sum = 0
     for _, r in ipairs(ep.rewards) do sum = sum + r end

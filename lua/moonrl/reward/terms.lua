@@ -10,6 +10,7 @@
 -- value per turn (value is their sum).
 local core = require "moonrl.core"
 local check = require "moonrl.reward.check"
+local batchlib = require "moonrl.batch"
 
 local M = {}
 
@@ -279,31 +280,56 @@ end
 
 local COUNTERS = { "tokens", "turns", "tool_calls", "cpu_seconds", "judge_cost" }
 
--- An episode's engine counters: sampled tokens, turns, tool calls (turns parsed as a call), the
--- sandbox CPU seconds its tools used (where the sandbox measured them) and what the judges
--- before this term spent on it.
+-- An episode's engine counters: sampled tokens, turns, tool calls (turns parsed as a call or
+-- marked info.tool_call, rl.batch.is_tool_call), the sandbox CPU seconds its tools used (where
+-- the sandbox measured them), what the judges before this term spent on it, and costs: its
+-- cost totals per currency (ep.costs, what rl.envkit's ledgers charged; {} when none).
 function M.counters(ep, ctx, i)
   local calls, cpu = 0, 0
   for _, r in ipairs(ep.record or {}) do
-    if type(r.parsed) == "table" and r.parsed.kind == "call" then calls = calls + 1 end
+    if batchlib.is_tool_call(r) then calls = calls + 1 end
     if type(r.tool_cpu_ms) == "number" then cpu = cpu + r.tool_cpu_ms / 1000 end
   end
   return { tokens = ctx:sampled(i), turns = ep.turns or (ep.record and #ep.record) or 0,
-    tool_calls = calls, cpu_seconds = cpu, judge_cost = ctx.costs[i] or 0 }
+    tool_calls = calls, cpu_seconds = cpu, judge_cost = ctx.costs[i] or 0,
+    costs = ep.costs or {} }
 end
 
--- rl.reward.budget{tokens =, turns =, tool_calls =, cpu_seconds =, judge_cost =}: a linear
--- penalty, minus the sum of each coefficient times its counter (M.counters). Named "budget"
+-- {currency = coefficient, ...}: names and non-negative numbers.
+local function cost_coefficients(v)
+  if type(v) ~= "table" or next(v) == nil then
+    return "a table {currency = coefficient} (rl.envkit.costs's currencies)"
+  end
+  for name, coef in pairs(v) do
+    if type(name) ~= "string" or check.name(name) then
+      return "a table {currency = coefficient} with currency names as keys"
+    end
+    if check.number(0)(coef) then
+      return { string.format("costs.%s: a non-negative number expected, got %s",
+        name, check.describe(coef)) }
+    end
+  end
+  return nil
+end
+
+-- rl.reward.budget{tokens =, turns =, tool_calls =, cpu_seconds =, judge_cost =, costs =
+-- {currency = coefficient}}: a linear penalty, minus the sum of each coefficient times its
+-- counter (M.counters; an episode never charged in a currency counts 0 of it). Named "budget"
 -- unless named otherwise; scored after every other term, so judge_cost sees the judges' spend.
 function M.budget(opts)
   local extra = {}
   for k, name in ipairs(COUNTERS) do extra[k] = { name, check.number(0) } end
+  extra[#extra + 1] = { "costs", cost_coefficients }
   local t = M.new("budget", opts, extra, "budget", 2)
-  local any = false
+  local any = t.costs ~= nil
   for _, name in ipairs(COUNTERS) do any = any or t[name] ~= nil end
   if not any then
-    error("rl.reward.budget: at least one of tokens, turns, tool_calls, cpu_seconds, judge_cost expected", 2)
+    error("rl.reward.budget: at least one of tokens, turns, tool_calls, cpu_seconds, judge_cost, "
+      .. "costs expected", 2)
   end
+  local currencies = {}
+  for name in pairs(t.costs or {}) do currencies[#currencies + 1] = name end
+  table.sort(currencies) -- one order of the sum in every process
   t.late = true
   t.eval = function(term, batch, sel, ctx, out)
     for _, i in ipairs(sel) do
@@ -312,6 +338,7 @@ function M.budget(opts)
       for _, name in ipairs(COUNTERS) do
         if term[name] then pen = pen + term[name] * c[name] end
       end
+      for _, name in ipairs(currencies) do pen = pen + term.costs[name] * (c.costs[name] or 0) end
       out[i] = { status = "ok", value = -pen }
     end
   end

@@ -74,8 +74,9 @@ end
 -- ---------------------------------------------------------------- the run folder
 
 -- The files a run writes in its folder, besides the checkpoint state.json names.
-local RUN_FILES = { "state.json", "metrics.jsonl", "episodes.jsonl", "curve.svg", "reward.svg",
-  "reward.log", "judge_cache.jsonl", "reference/config.json", "reference/model.safetensors" }
+local RUN_FILES = { "state.json", "metrics.jsonl", "episodes.jsonl", "curve.svg",
+  "diagnostics.svg", "reward.svg", "reward.log", "judge_cache.jsonl", "reference/config.json",
+  "reference/model.safetensors" }
 
 local function exists(path)
   local f = io.open(path, "r")

@@ -75,6 +75,10 @@
 --                                             -- even with other options than state.json's
 --     overwrite = false,                      -- true: a fresh run replaces an earlier one's files
 --     progress = "auto", log_episodes = 2,
+--     grad_spike = { factor = 3, window = 20, min_steps = 5 },  -- grad/spike: the step's
+--                                             -- largest gradient norm above factor x the median
+--                                             -- of the last `window` steps' (once min_steps
+--                                             -- exist); see moonrl.train.diagnostics
 --     on_step = function(step, metrics) end,
 --     -- the stages, each replaceable (see the modules named): tasks (moonrl.train.tasks),
 --     -- rollout (.rollout), reward (.reward), advantage (.advantage), update (.update),
@@ -100,12 +104,14 @@ local checkpoint = require "moonrl.train.checkpoint"
 local warmstart = require "moonrl.train.warmstart"
 local correction = require "moonrl.train.correction"
 local replay = require "moonrl.train.replay"
+local diagnostics = require "moonrl.train.diagnostics"
 
 local M = {
   options = options, seed = seedlib, tasks = tasks, rollout = rollout, reward = reward,
   advantage = advantage, critic = critic, update = update, eval = eval, log = log,
   checkpoint = checkpoint, warmstart = warmstart, correction = correction, replay = replay,
-  mix = seedlib.mix, oracle_examples = warmstart.oracle_examples, evaluate = eval.run,
+  diagnostics = diagnostics, mix = seedlib.mix, oracle_examples = warmstart.oracle_examples,
+  evaluate = eval.run,
 }
 
 -- The stage functions of a configuration: the recipe's where it gave one, else the defaults.
@@ -234,6 +240,7 @@ local function step_once(ctx, step)
   local mt = { step = step, ["time/rollout"] = t_roll, ["sampling/tries"] = info.tries,
     ["sampling/groups_dropped"] = info.groups_dropped }
   for k, v in pairs(synth_mt) do mt[k] = v end
+  for k, v in pairs(diagnostics.gate_metrics(info.gate)) do mt[k] = v end
   if batch then
     local t_rew = core.clock()
     local terms = ctx.stages.reward(ctx, batch, step)
@@ -247,6 +254,7 @@ local function step_once(ctx, step)
     local st = batch:stats()
     mt["reward/mean"], mt["reward/std"], mt.success = st.reward_mean, st.reward_std, st.success
     mt.episodes, mt.turns_mean, mt.length_mean = st.episodes, st.turns_mean, st.length_mean
+    mt.turns_max, mt.tool_calls_per_turn = st.turns_max, st.tool_calls_per_turn
     mt.sampled_tokens, mt.zero_variance_groups = st.sampled_tokens, st.zero_variance_groups
     for k, v in pairs(st.ends) do mt["end/" .. k] = v end
     mt.errors = st.errors
@@ -275,10 +283,12 @@ local function step_once(ctx, step)
     local amax = 0
     for _, v in ipairs(per_ep) do amax = math.max(amax, math.abs(v)) end
     mt["adv/abs_max"] = amax
+    mt["adv/utilisation"] = diagnostics.utilisation(train_batch, adv)
     if amax > 0 then
       for k, v in pairs(ctx.stages.update(ctx, train_batch, adv, step)) do
         if type(v) == "number" then mt["loss/" .. k] = v end
       end
+      for k, v in pairs(diagnostics.grad_metrics(ctx.state.history, mt, c.grad_spike)) do mt[k] = v end
     else
       mt["loss/updates"] = 0 -- every group had one reward: nothing to learn from
     end

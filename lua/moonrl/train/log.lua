@@ -1,6 +1,7 @@
 -- moonrl.train.log: the logging stage: metrics.jsonl (one line per step), episodes.jsonl (a few
--- episodes per step, turn by turn), curve.svg (train and held-out success), reward.svg (each
--- reward graph term's mean, with reward = g) and the progress line.
+-- episodes per step, turn by turn), curve.svg (train and held-out success), diagnostics.svg (the
+-- run's health, four panels: batch use, turns, gradient norm, seconds per phase), reward.svg
+-- (each reward graph term's mean, with reward = g) and the progress line.
 --
 -- The `log` option replaces the stage: a function(ctx, step, metrics, batch) called once per step
 -- (step 0 too, after SFT and the first evaluation, with batch nil) once the step's metrics are
@@ -66,6 +67,66 @@ function M.plot(ctx)
   if not ok then error("train: " .. err, 0) end
 end
 
+-- The points {step, value} of one metric over the history (the steps that have it).
+local function points(history, key)
+  local pts = {}
+  for _, h in ipairs(history) do
+    if type(h[key]) == "number" then pts[#pts + 1] = { h.step, h[key] } end
+  end
+  return pts
+end
+
+-- The series of `list` ({name, key, dots =}) that have points.
+local function present(history, list)
+  local out = {}
+  for _, e in ipairs(list) do
+    local pts = points(history, e[2])
+    if #pts > 0 then out[#out + 1] = { name = e[1], points = pts, dots = e.dots } end
+  end
+  return out
+end
+
+-- The diagnostics' panels from the history (see M.plot_diagnostics).
+function M.diagnostics_panels(history)
+  local spikes = {}
+  for _, h in ipairs(history) do
+    if h["grad/spike"] == 1 then
+      spikes[#spikes + 1] = { h.step, h["loss/grad_norm_max"] or h["loss/grad_norm"] }
+    end
+  end
+  local grad = present(history, { { "mean per step", "loss/grad_norm" },
+    { "max per step", "loss/grad_norm_max" }, { "running median", "grad/norm_median" } })
+  if #spikes > 0 then
+    grad[#grad + 1] = { name = "spike", points = spikes, dots = true, line = false, color = "#d62728" }
+  end
+  return {
+    { title = "batch use", xlabel = "RL step", ylabel = "fraction", ymin = 0, ymax = 1,
+      series = present(history, { { "utilisation", "adv/utilisation" },
+        { "zero-var. groups", "zero_variance_groups" }, { "tool calls / turn", "tool_calls_per_turn" },
+        { "gate cut rate", "gate/cut_rate" }, { "gate precision", "gate/precision" } }) },
+    { title = "turns per episode", xlabel = "RL step", ylabel = "turns", ymin = 0,
+      series = present(history, { { "mean", "turns_mean" }, { "max", "turns_max" } }) },
+    { title = "gradient norm (before clipping)", xlabel = "RL step", ylabel = "norm", ymin = 0,
+      series = grad },
+    { title = "seconds per step", xlabel = "RL step", ylabel = "seconds", ymin = 0,
+      series = present(history, { { "step", "time/step" }, { "rollout", "time/rollout" },
+        { "reward", "time/reward" }, { "update", "time/update" },
+        { "eval", "time/eval", dots = true } }) },
+  }
+end
+
+-- diagnostics.svg from the history: four panels (raises "train: <path>: <why>" when it cannot
+-- be written): batch use (adv/utilisation, zero_variance_groups, tool_calls_per_turn, and
+-- gate/cut_rate, gate/precision with a gate), turns per episode (turns_mean, turns_max),
+-- gradient norm (loss/grad_norm, loss/grad_norm_max, grad/norm_median, the grad/spike steps
+-- marked) and seconds per step (time/step, time/rollout, time/reward, time/update, time/eval).
+function M.plot_diagnostics(ctx)
+  local ok, err = plot.panels_svg(ctx.dir .. "/diagnostics.svg", {
+    title = ctx.cfg.name .. ": diagnostics", columns = 2,
+    panels = M.diagnostics_panels(ctx.state.history) })
+  if not ok then error("train: " .. err, 0) end
+end
+
 -- reward.svg from the history: each term of the reward graph, its mean per step (raises
 -- "train: <path>: <why>" when it cannot be written).
 function M.plot_reward(ctx)
@@ -118,6 +179,7 @@ function M.step(ctx, step, mt, batch)
   if c.progress then M.progress(ctx, step, mt) end
   if c.plot ~= false then
     M.plot(ctx)
+    M.plot_diagnostics(ctx)
     if ctx.graph then M.plot_reward(ctx) end
   end
 end

@@ -104,6 +104,9 @@ local SUB = {
     { "push_weights", false, boolean },
   },
   otb = fields { { "handle_zero_tail", true, boolean }, { "epsilon", 1e-8, number(0) } },
+  -- moonrl.train.diagnostics.SPIKE's defaults
+  grad_spike = fields { { "factor", 3, number(1) }, { "window", 20, integer(1) },
+    { "min_steps", 5, integer(1) } },
   replay = fields {
     { "buffer", nil, function(v)
       if M.is_buffer(v) then return nil end
@@ -389,6 +392,8 @@ opt("checkpoint_every", nil, integer(1))
 opt("progress", "auto", either(boolean, literal("auto", "\"auto\"")))
 opt("plot", true, boolean)
 opt("log_episodes", 2, integer(0))
+opt("grad_spike", function() return {} end,
+  table_of("grad_spike", "a table {factor =, window =, min_steps =}"))
 opt("on_step", nil, func)
 
 M.known = ORDER
@@ -398,7 +403,7 @@ M.known = ORDER
 -- Options that say how to run, not what is trained: a resumed run may change them.
 local RUN_CONTROL = { model = true, tokenizer = true, dir = true, name = true, resume = true,
   overwrite = true, stop_after = true, checkpoint_every = true, progress = true, plot = true,
-  log_episodes = true, on_step = true, log = true }
+  log_episodes = true, on_step = true, log = true, grad_spike = true }
 
 -- The configuration as JSON-ready data (state.json's "options"): numbers, strings, booleans and
 -- the table options as they are; the environment by its name; reward terms by their names in

@@ -5,12 +5,16 @@
 --   {tasks = list, repeats = episodes per task, seed = integer, temperature = number,
 --    group_base = integer, tree = nil or {turn =, k =}}
 -- and batch.episodes[i].group is group_base + the index of the episode's task. Training and the
--- default evaluation both roll out through it.
+-- default evaluation both roll out through it. A stage that stops and drops groups mid-rollout
+-- (the selective rollout gate) reports its counts as batch.gate = {groups =, cut =,
+-- cut_zero_variance =, ...}: a training step logs them as gate/<name>, with gate/cut_rate and
+-- gate/precision (moonrl.train.diagnostics).
 local core = require "moonrl.core"
 local batchlib = require "moonrl.batch"
 local seedlib = require "moonrl.train.seed"
 local tasks = require "moonrl.train.tasks"
 local remote = require "moonrl.remote"
+local diagnostics = require "moonrl.train.diagnostics"
 
 local mix = seedlib.mix
 local M = {}
@@ -135,12 +139,13 @@ end
 -- (up to max_sampling_tries); a curriculum's gate (rl.curriculum.gate) decides instead which
 -- groups to drop, and whether to draw more (resample, up to its max_tries). Returns the batch
 -- (nil when every group was dropped) and {tries =, groups_drawn =, groups_dropped =, rejected =
--- the dropped groups' episodes}.
+-- the dropped groups' episodes, gate = the rollout stage's batch.gate counts summed over the
+-- tries (nil when it gave none)}.
 function M.sample(ctx, step)
   local c = ctx.cfg
   local gate = c.curriculum and c.curriculum.gate
   local want = c.tasks_per_step
-  local parts, kept, tries, drawn, filtered, rejected = {}, 0, 0, 0, 0, {}
+  local parts, kept, tries, drawn, filtered, rejected, counts = {}, 0, 0, 0, 0, {}, nil
   local max_tries = gate and (gate.resample and gate.max_tries or 1) or c.max_sampling_tries
   repeat
     tries = tries + 1
@@ -149,8 +154,10 @@ function M.sample(ctx, step)
       seed = mix(c.seed, step, tries, 7), temperature = c.temperature,
       group_base = tries * 100000, tree = c.tree })
     drawn = drawn + #list
+    counts = diagnostics.add_gate(counts, b.gate)
     if not (c.dynamic_sampling or gate) then
-      return b, { tries = 1, groups_drawn = drawn, groups_dropped = 0, rejected = rejected }
+      return b, { tries = 1, groups_drawn = drawn, groups_dropped = 0, rejected = rejected,
+        gate = counts }
     end
     local keep = {}
     for _, g in ipairs(b:groups()) do
@@ -174,7 +181,8 @@ function M.sample(ctx, step)
     if #keep > 0 then parts[#parts + 1] = b:select(keep) end
     want = c.tasks_per_step - kept
   until kept >= c.tasks_per_step or tries >= max_tries
-  local info = { tries = tries, groups_drawn = drawn, groups_dropped = filtered, rejected = rejected }
+  local info = { tries = tries, groups_drawn = drawn, groups_dropped = filtered, rejected = rejected,
+    gate = counts }
   if #parts == 0 then return nil, info end
   return batchlib.concat(parts), info
 end

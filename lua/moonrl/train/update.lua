@@ -6,7 +6,9 @@
 -- The `update` option replaces the stage: a function(ctx, batch, adv, step) -> stats, given the
 -- per-token advantages (a flat tensor like batch.mask); the numbers in stats are logged as
 -- loss/<name>. The default's are loss, pg_loss, clipfrac, clipfrac_lower, ppo_kl, kl, kl_loss,
--- entropy, entropy_loss, grad_norm (value_loss, value_clipfrac with a critic), lr, updates.
+-- entropy, entropy_loss, grad_norm (the mean over the optimizer steps of the gradient norm before
+-- clipping), grad_norm_max (their largest), value_loss and value_clipfrac (with a critic), lr,
+-- updates.
 local core = require "moonrl.core"
 local sftlib = require "moonrl.sft"
 local critic = require "moonrl.train.critic"
@@ -37,7 +39,7 @@ function M.run(ctx, batch, adv, step)
     end
     acc.value_loss, acc.value_clipfrac = 0, 0
   end
-  local updates = 0
+  local updates, norm_max = 0, 0
   local rollout_acc = {} -- bypass mode: the rollout correction's stats, summed
   for epoch = 1, c.epochs do
     local order = sftlib.shuffled(n, mix(c.seed, step, epoch))
@@ -76,6 +78,7 @@ function M.run(ctx, batch, adv, step)
       local norm = m:step { lr = lr, weight_decay = c.weight_decay, beta1 = c.beta1,
         beta2 = c.beta2, clip = c.clip_grad }
       if head then critic.step(c, head, dw, db, c.value_lr or lr) end
+      norm_max = math.max(norm_max, norm)
       for k in pairs(acc) do
         if k == "grad_norm" then acc[k] = acc[k] + norm else acc[k] = acc[k] + stats[k] end
       end
@@ -84,7 +87,7 @@ function M.run(ctx, batch, adv, step)
   end
   for k, v in pairs(acc) do acc[k] = v / math.max(updates, 1) end
   for k, v in pairs(rollout_acc) do acc["rollout_" .. k] = v / math.max(updates, 1) end
-  acc.lr, acc.updates = lr, updates
+  acc.lr, acc.updates, acc.grad_norm_max = lr, updates, norm_max
   return acc
 end
 
