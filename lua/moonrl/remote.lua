@@ -5,6 +5,13 @@
 --   local b = rl.remote.rollout{client = c, tokenizer = tok, env = env, tasks = {...},
 --     seeds = {...}, groups = {...}, max_turns = 4, max_turn_tokens = 8, temperature = 1,
 --     top_k =, top_p =, min_p =, system =, observation_role = "user", capacity = 128}
+--   rl.remote.rollout{clients = {c1, c2, ...}, ...}   -- several endpoints (give one of the two)
+--
+-- With several clients, each is probed first (GET /health, health_timeout seconds); episodes go
+-- to the healthy endpoint with the fewest episodes so far, in order (so the split is even and
+-- the same for the same list), and each stays on its endpoint for all its turns (ep.endpoint
+-- is its index). An endpoint that fails mid-run fails only its own episodes ("infra"); with no
+-- healthy endpoint every episode is infra.
 --
 -- Each episode is rendered exactly as the engine's rollout renders it (moonrl's own tokenizer
 -- and chat template, rollout_run.c): the first observation with the generation prompt, each
@@ -45,12 +52,29 @@ function M.template(tok)
     sep = name == "chatml" and tok:encode("\n") or {} }
 end
 
+local function client_check(v)
+  if type(v) == "table" and type(v.generate) == "function" and type(v.spawn) == "function"
+    and type(v.wait) == "function" then return nil end
+  return "a client with generate, spawn and wait (rl.http.openai{...})"
+end
+M.client_check = client_check
+
+local function clients_check(v)
+  if not argcheck.is_list(v) or #v == 0 then return "a non-empty list of clients (rl.http.openai{...})" end
+  for i, c in ipairs(v) do
+    local why = client_check(c)
+    if not why and (type(c.step) ~= "function" or type(c.tasks_left) ~= "function") then
+      why = "a client that can be driven with others (step, tasks_left: rl.http.openai{...})"
+    end
+    if why then return "[" .. i .. "]: " .. why end
+  end
+end
+M.clients_check = clients_check
+
 local fields = {
-  { "client", nil, function(v)
-    if type(v) == "table" and type(v.generate) == "function" and type(v.spawn) == "function"
-      and type(v.wait) == "function" then return nil end
-    return "a client with generate, spawn and wait (rl.http.openai{...})"
-  end, required = true },
+  { "client", nil, client_check },
+  { "clients", nil, clients_check },
+  { "health_timeout", 2, argcheck.positive },
   { "tokenizer", nil, argcheck.instance_of("moonrl.tokenizer", "an rl.tokenizer"), required = true },
   { "env", nil, argcheck.table, required = true },
   { "tasks", nil, argcheck.table, required = true },
@@ -112,7 +136,7 @@ local function run_episode(o, tpl, ep)
     ep.turns = turn
     ep.rewards[turn] = 0 -- a failed turn earns nothing
     local want = math.min(o.max_turn_tokens, o.capacity - #toks)
-    local g, err = o.client:generate { prompt_ids = table.move(toks, 1, #toks, 1, {}), max_tokens = want,
+    local g, err = ep.client:generate { prompt_ids = table.move(toks, 1, #toks, 1, {}), max_tokens = want,
       temperature = o.temperature, top_k = o.top_k, top_p = o.top_p, min_p = o.min_p,
       seed = seedlib.mix(ep.seed, turn), extra = { ignore_eos = true, stop_token_ids = { tpl.stop } } }
     local fits, why = true, nil
@@ -146,6 +170,39 @@ local function flat(list)
   return core.tensor.from(list)
 end
 
+-- Which of the clients answer GET /health with 200 (a lone client is not probed: its failures
+-- show in its episodes).
+function M.healthy(clients, timeout)
+  local ok = {}
+  for i, c in ipairs(clients) do
+    if #clients == 1 then
+      ok[i] = true
+    else
+      local http = c.http or c
+      local status = type(http.request) == "function" and
+        http:request { path = "/health", timeout = timeout } or nil
+      ok[i] = status == 200
+    end
+  end
+  return ok
+end
+
+-- Drives the clients until none has a task left (each client's own requests; several clients
+-- take turns, none waiting long on its own while another has news).
+function M.drive(clients)
+  if #clients == 1 then return clients[1]:wait() end
+  while true do
+    local busy = 0
+    for _, c in ipairs(clients) do
+      if c:tasks_left() > 0 then busy = busy + 1 end
+    end
+    if busy == 0 then return end
+    for _, c in ipairs(clients) do
+      if c:tasks_left() > 0 then c:step(busy > 1 and 0.002 or 0.05) end
+    end
+  end
+end
+
 -- rl.remote.rollout{...} -> a batch (see the top; groups default to 1, 2, ...). Misuse raises;
 -- endpoint failures end their episodes "infra".
 function M.rollout(opts)
@@ -160,16 +217,34 @@ function M.rollout(opts)
     end
   end
   if type(o.env.new) ~= "function" then argcheck.fail("rl.remote.rollout", "env: the module has no new() function", 2) end
+  if (o.client == nil) == (o.clients == nil) then
+    argcheck.fail("rl.remote.rollout", "give one of client and clients", 2)
+  end
   local tpl, terr = M.template(o.tokenizer)
   if not tpl then argcheck.fail("rl.remote.rollout", terr, 2) end
+  local clients = o.clients or { o.client }
+  local healthy = M.healthy(clients, o.health_timeout)
+  local load = {}
+  for i = 1, #clients do load[i] = 0 end
   local eps, tasks = {}, {}
   for i = 1, n do
     local ep = { task = o.tasks[i], seed = o.seeds[i], group = o.groups and o.groups[i] or i,
       record = {}, rewards = {}, turns = 0, t = { tokens = {}, mask = {}, logprobs = {}, turns = {} } }
     eps[i] = ep
-    tasks[i] = o.client:spawn(run_episode, o, tpl, ep)
+    -- the healthy endpoint with the fewest episodes so far; the episode stays on it
+    local at
+    for k = 1, #clients do
+      if healthy[k] and (not at or load[k] < load[at]) then at = k end
+    end
+    if not at then
+      fail(ep, "infra", "no healthy endpoint (" .. #clients .. " probed at /health)")
+    else
+      load[at] = load[at] + 1
+      ep.endpoint, ep.client = at, clients[at]
+      tasks[#tasks + 1] = ep.client:spawn(run_episode, o, tpl, ep)
+    end
   end
-  o.client:wait()
+  M.drive(clients)
   for _, t in ipairs(tasks) do
     if t.error then error(t.error, 0) end
   end
@@ -183,7 +258,8 @@ function M.rollout(opts)
     end
     offsets[i + 1] = #tokens
     if ep["end"] ~= "infra" then batchlib.set_env_info(ep, ep.instance) end
-    ep.length, ep.t, ep.instance = #t.tokens, nil, nil
+    ep.length, ep.t, ep.instance, ep.client = #t.tokens, nil, nil, nil
+    if not o.clients then ep.endpoint = nil end
     local sum = 0
     for _, r in ipairs(ep.rewards) do sum = sum + r end
     ep.reward = sum

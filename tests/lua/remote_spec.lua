@@ -221,3 +221,126 @@ describe("remote rollouts", function()
     assert.is_true(changed)
   end)
 end)
+
+-- Several endpoints: two `moonrl serve` processes on loopback serving the same weights.
+describe("remote rollouts over several endpoints", function()
+  local mdir, servers = nil, {}
+  local function health_of(s)
+    local c = rl.http.client{ base_url = s.base, retries = 0 }
+    local status, _, body = c:get("/health")
+    c:close()
+    assert.equal(200, status)
+    return json.decode(body)
+  end
+  local function tasks(n)
+    local seeds = {}
+    for i = 1, n do seeds[i] = 100 + i end
+    return env.tasks("train", n, 9), seeds
+  end
+  setup(function()
+    mdir = H.tmpdir()
+    assert(rl.model.new(CFG):save(mdir .. "/served"))
+    for i = 1, 2 do servers[i] = H.serve(mdir .. "/served", "--max-batch 8") end
+  end)
+  teardown(function()
+    for _, s in ipairs(servers) do s.stop() end
+    H.sh("rm -rf " .. H.shell_quote(mdir))
+  end)
+
+  it("splits the episodes evenly, each on one endpoint for all its turns, as one endpoint would", function()
+    local before = { health_of(servers[1]).requests, health_of(servers[2]).requests }
+    local cs = { client(servers[1].base), client(servers[2].base) }
+    local list, seeds = tasks(16)
+    local b = rl.remote.rollout{ clients = cs, tokenizer = tok, env = env, tasks = list, seeds = seeds,
+      max_turns = env.max_turns, max_turn_tokens = 3, temperature = 1, capacity = CFG.ctx }
+    local count, turns = { 0, 0 }, { 0, 0 }
+    for _, ep in ipairs(b.episodes) do
+      assert.is_nil(ep.error)
+      count[ep.endpoint] = count[ep.endpoint] + 1
+      turns[ep.endpoint] = turns[ep.endpoint] + ep.turns
+    end
+    assert.same({ 8, 8 }, count) -- (within ±20% by construction: the fewest-episodes rule)
+    -- every turn of an endpoint's episodes was one request to that endpoint, none to the other
+    for i = 1, 2 do assert.equal(turns[i], health_of(servers[i]).requests - before[i]) end
+    -- the same episodes as one endpoint gives (the seeds decide the tokens)
+    local one = rl.remote.rollout{ client = cs[1], tokenizer = tok, env = env, tasks = list, seeds = seeds,
+      max_turns = env.max_turns, max_turn_tokens = 3, temperature = 1, capacity = CFG.ctx }
+    for i = 1, 16 do assert.same(one.episodes[i].record, b.episodes[i].record) end
+    for _, c in ipairs(cs) do c:close() end
+  end)
+
+  it("skips an endpoint that fails its health probe, and survives one that dies mid-run", function()
+    local dead = client("http://127.0.0.1:1", 0)
+    local live = client(servers[1].base)
+    local list, seeds = tasks(6)
+    local b = rl.remote.rollout{ clients = { dead, live }, tokenizer = tok, env = env, tasks = list,
+      seeds = seeds, max_turns = env.max_turns, max_turn_tokens = 3, temperature = 1, capacity = CFG.ctx }
+    for _, ep in ipairs(b.episodes) do
+      assert.equal(2, ep.endpoint)
+      assert.is_nil(ep.infra)
+    end
+    -- no healthy endpoint: every episode is infra, nothing raises
+    local none = rl.remote.rollout{ clients = { dead, client("http://127.0.0.1:2", 0) }, tokenizer = tok,
+      env = env, tasks = list, seeds = seeds, max_turns = 2, max_turn_tokens = 3, capacity = CFG.ctx }
+    for _, ep in ipairs(none.episodes) do
+      assert.is_true(ep.infra)
+      assert.matches("no healthy endpoint", ep.error)
+    end
+    -- endpoint 2 is killed after the first turn of some episode: its unfinished episodes end
+    -- infra, endpoint 1's finish, and the rollout completes
+    local victim = H.serve(mdir .. "/served", "--max-batch 8")
+    local killer = setmetatable({}, { __index = env })
+    local killed = false
+    function killer.new()
+      local inst = env.new()
+      local step = inst.step
+      inst.step = function(self, action)
+        if not killed then
+          killed = true
+          victim.stop()
+        end
+        return step(self, action)
+      end
+      return inst
+    end
+    local cs = { client(servers[1].base), client(victim.base) }
+    local b2 = rl.remote.rollout{ clients = cs, tokenizer = tok, env = killer, tasks = list, seeds = seeds,
+      max_turns = env.max_turns, max_turn_tokens = 3, temperature = 1, capacity = CFG.ctx }
+    local infra = { 0, 0 }
+    for _, ep in ipairs(b2.episodes) do
+      if ep.infra then infra[ep.endpoint] = infra[ep.endpoint] + 1 end
+    end
+    assert.is_true(killed)
+    assert.equal(0, infra[1])
+    assert.is_true(infra[2] >= 1, "no episode of the killed endpoint ended infra")
+    for _, c in ipairs(cs) do c:close() end
+    dead:close()
+    live:close()
+  end)
+
+  it("trains over both endpoints, pushing the weights to each, with the split in metrics.jsonl", function()
+    local v0 = { health_of(servers[1]).policy_version, health_of(servers[2]).policy_version }
+    local cs = { client(servers[1].base), client(servers[2].base) }
+    local steps = {}
+    rl.train{ model = rl.model.new(CFG), tokenizer = tok, env = env, dir = mdir, name = "two", seed = 3,
+      steps = 2, tasks_per_step = 2, group_size = 4, max_turn_tokens = 3, lr = 1e-2, sft = false,
+      progress = false, log_episodes = 0, rewards = { short = function(ep) return -ep.length / 100 end },
+      remote = { clients = cs, push_weights = true }, on_step = function(step, mt) steps[step] = mt end }
+    for _, mt in pairs(steps) do
+      assert.equal(4, mt["remote/episodes/1"])
+      assert.equal(4, mt["remote/episodes/2"])
+      assert.equal(0, mt["remote/infra/1"] + mt["remote/infra/2"])
+    end
+    local v1 = { health_of(servers[1]).policy_version, health_of(servers[2]).policy_version }
+    assert.is_true(v1[1] > v0[1])
+    assert.equal(v1[1] - v0[1], v1[2] - v0[2]) -- both got every push
+    H.assert_error(function()
+      rl.train{ model = rl.model.new(CFG), tokenizer = tok, env = env, dir = mdir, name = "bad",
+        remote = { client = cs[1], clients = cs } }
+    end, "give one of client and clients")
+    H.assert_error(function()
+      rl.remote.rollout{ clients = { {} }, tokenizer = tok, env = env, tasks = { 1 }, seeds = { 1 } }
+    end, "clients: [1]: a client with generate")
+    for _, c in ipairs(cs) do c:close() end
+  end)
+end)

@@ -223,6 +223,8 @@ function Client:run(fns)
   return out
 end
 
+-- client:tasks_left(): tasks not yet done (for driving several clients in turn with step).
+function Client:tasks_left() return self.ntasks end
 function Client:pending() return self.core:pending() end
 function Client:close() self.core:close() end
 Client.__close = Client.close

@@ -348,6 +348,8 @@ end
 -- client:spawn / wait / run: the underlying rl.http client's tasks (many calls in flight).
 function Client:spawn(fn, ...) return self.http:spawn(fn, ...) end
 function Client:wait(task) return self.http:wait(task) end
+function Client:step(seconds) return self.http:step(seconds) end
+function Client:tasks_left() return self.http:tasks_left() end
 function Client:run(fns) return self.http:run(fns) end
 function Client:close() self.http:close() end
 

@@ -50,7 +50,7 @@
 --                                             -- "self" train on their rewards; it sees each
 --                                             -- step's batch (retirement, failure clusters);
 --                                             -- synth/* metrics; its state in state.json
---     remote = nil,                           -- {client = rl.http.openai{...}, push_weights =
+--     remote = nil,                           -- {client = rl.http.openai{...} | clients = {...}, push_weights =
 --                                             -- false}: episodes (and evaluations) generated
 --                                             -- by the endpoint (rl.remote.rollout); with
 --                                             -- push_weights, the weights are posted to its
@@ -254,6 +254,18 @@ local function step_once(ctx, step)
     local st = batch:stats()
     mt["reward/mean"], mt["reward/std"], mt.success = st.reward_mean, st.reward_std, st.success
     mt.episodes, mt.turns_mean, mt.length_mean = st.episodes, st.turns_mean, st.length_mean
+    if c.remote and c.remote.clients then -- the split over endpoints, and where failures were
+      for i = 1, #c.remote.clients do
+        mt["remote/episodes/" .. i], mt["remote/infra/" .. i] = 0, 0
+      end
+      for _, ep in ipairs(batch.episodes) do
+        local k = ep.endpoint
+        if k then
+          mt["remote/episodes/" .. k] = mt["remote/episodes/" .. k] + 1
+          if ep.infra then mt["remote/infra/" .. k] = mt["remote/infra/" .. k] + 1 end
+        end
+      end
+    end
     mt.turns_max, mt.tool_calls_per_turn = st.turns_max, st.tool_calls_per_turn
     mt.sampled_tokens, mt.zero_variance_groups = st.sampled_tokens, st.zero_variance_groups
     for k, v in pairs(st.ends) do mt["end/" .. k] = v end

@@ -96,11 +96,8 @@ local SUB = {
     { "weights", nil, list_of(number(), "a list of numbers") },
   },
   remote = fields {
-    { "client", nil, function(v)
-      if type(v) == "table" and type(v.generate) == "function" and type(v.spawn) == "function"
-        and type(v.wait) == "function" then return nil end
-      return "a client with generate, spawn and wait (rl.http.openai{...})"
-    end, required = true },
+    { "client", nil, function(v) return require("moonrl.remote").client_check(v) end },
+    { "clients", nil, function(v) return require("moonrl.remote").clients_check(v) end },
     { "push_weights", false, boolean },
   },
   otb = fields { { "handle_zero_tail", true, boolean }, { "epsilon", 1e-8, number(0) } },
@@ -314,7 +311,7 @@ opt("capacity", nil, integer(1))
 opt("dynamic_sampling", false, boolean)
 opt("max_sampling_tries", 4, integer(1))
 opt("tree", nil, table_of("tree", "a table {turn =, k =}"))
-opt("remote", nil, table_of("remote", "a table {client =, push_weights =}"))
+opt("remote", nil, table_of("remote", "a table {client = | clients =, push_weights =}"))
 -- rewards
 opt("reward", nil, reward_check)
 opt("rewards", nil, rewards_check)
@@ -438,7 +435,8 @@ function M.record(c)
     elseif k == "synth" then
       out[k] = json.decode(json.encode(v:config()))
     elseif k == "remote" then
-      out[k] = { client = "<object>", push_weights = v.push_weights }
+      out[k] = { client = v.client and "<object>" or nil, push_weights = v.push_weights,
+                 clients = v.clients and #v.clients or nil }
     elseif type(v) == "table" and (k == "tasks" or k == "checkpoint") then
       out[k] = "<object>"
     elseif k == "replay" then
@@ -491,6 +489,9 @@ end
 
 -- Checks that involve several options.
 local function relations(c)
+  if c.remote and (c.remote.client == nil) == (c.remote.clients == nil) then
+    return "remote: give one of client and clients"
+  end
   if c.remote and c.tree then return "remote: tree rollouts are local only (leave tree unset)" end
   if c.remote and c.rollout then
     return "remote: the rollout option replaces the stage that uses it (give one of them)"

@@ -62,7 +62,7 @@ end
 local function run_remote(ctx, req, list, seeds, groups, max_turns)
   local c = ctx.cfg
   return remote.rollout {
-    client = c.remote.client, tokenizer = ctx.tokenizer, env = c.env, tasks = list, seeds = seeds,
+    client = c.remote.client, clients = c.remote.clients, tokenizer = ctx.tokenizer, env = c.env, tasks = list, seeds = seeds,
     groups = groups, max_turns = max_turns, max_turn_tokens = c.max_turn_tokens,
     temperature = req.temperature, top_k = c.top_k, top_p = c.top_p, min_p = c.min_p,
     system = c.system or c.env.system, capacity = c.capacity or ctx.model:config().ctx,
@@ -109,9 +109,9 @@ function M.run(ctx, req)
 end
 
 -- remote = {push_weights = true}: the policy's weights as a checkpoint (ctx.dir/served.bin)
--- posted as bytes to the endpoint's /v1/load_weights, so that it samples from them next.
--- Returns the policy_version the endpoint reports; raises when the push fails (the episodes
--- would come from stale weights).
+-- posted as bytes to each endpoint's /v1/load_weights, so that they sample from them next.
+-- Returns the policy_version the (first) endpoint reports; raises when a push fails (its
+-- episodes would come from stale weights).
 function M.push_weights(ctx)
   local path = ctx.dir .. "/served.bin"
   local ok, err = ctx.model:save_checkpoint(path)
@@ -120,18 +120,23 @@ function M.push_weights(ctx)
   if not f then error("train: remote: push_weights: " .. tostring(ferr), 0) end
   local bytes = f:read("a")
   f:close()
-  local http = ctx.cfg.remote.client.http
-  if type(http) ~= "table" or type(http.request) ~= "function" then
-    error("train: remote: push_weights: the client has no http client (rl.http.openai's .http)", 0)
+  local version
+  for i, client in ipairs(ctx.cfg.remote.clients or { ctx.cfg.remote.client }) do
+    local where = ctx.cfg.remote.clients and string.format(" (endpoint %d)", i) or ""
+    local http = client.http
+    if type(http) ~= "table" or type(http.request) ~= "function" then
+      error("train: remote: push_weights: the client has no http client (rl.http.openai's .http)" .. where, 0)
+    end
+    local status, headers, body = http:request { method = "POST", path = "/v1/load_weights",
+      body = bytes, headers = { ["Content-Type"] = "application/octet-stream" } }
+    if status ~= 200 then
+      error(string.format("train: remote: push_weights%s: /v1/load_weights: %s", where, status
+        and ("HTTP " .. status .. ": " .. tostring(body):sub(1, 200)) or tostring(headers)), 0)
+    end
+    local reply = core.json.decode(body)
+    if i == 1 then version = type(reply) == "table" and reply.policy_version or nil end
   end
-  local status, headers, body = http:request { method = "POST", path = "/v1/load_weights",
-    body = bytes, headers = { ["Content-Type"] = "application/octet-stream" } }
-  if status ~= 200 then
-    error(string.format("train: remote: push_weights: /v1/load_weights: %s", status
-      and ("HTTP " .. status .. ": " .. tostring(body):sub(1, 200)) or tostring(headers)), 0)
-  end
-  local reply = core.json.decode(body)
-  return type(reply) == "table" and reply.policy_version or nil
+  return version
 end
 
 -- The batch of training step `step`: tasks_per_step tasks of group_size episodes each. With
