@@ -484,6 +484,18 @@ MRL_API const float *mrl_kv_cache_logits(const mrl_kv_cache *c, int slot);
 /* Makes slot dst a copy of slot src (keys, values, length, logits) whose random stream is seeded
  * by seed: a fork, for tree rollouts. src and dst must differ. */
 MRL_API mrl_status mrl_kv_cache_copy(mrl_kv_cache *c, int src, int dst, uint64_t seed);
+/* on != 0: every later append computes each token's row on its own (one matrix product per row
+ * instead of one for all), so a slot's keys, values and logits are the same floats whichever
+ * other slots share the append. OpenBLAS picks its kernels by the sizes of a product, so
+ * otherwise they differ in the last bits (1e-6 in log-probabilities); the cost is about 20% of
+ * a small model's decoding. Off when the cache is made. */
+MRL_API mrl_status mrl_kv_cache_set_batch_invariant(mrl_kv_cache *c, int on);
+/* Shortens a slot to its first `length` tokens (1 <= length <= its length) and makes `logits`
+ * (vocab floats, copied; the slot's own may be passed) its logits, those a caller saved with
+ * mrl_kv_cache_logits when the slot had that length: the next sample redraws from the same
+ * distribution with the stream as it is now. */
+MRL_API mrl_status mrl_kv_cache_truncate(mrl_kv_cache *c, int slot, int length,
+                                         const float *logits);
 
 /* ---- rollouts ----------------------------------------------------------------------------
  * Many multi-turn episodes decoded at once over one model (continuous batching): every call to
