@@ -352,3 +352,120 @@ describe("rl.rollout hooks refuse bad input", function()
     assert.are.equal(2, #run(ro, 2))
   end)
 end)
+
+describe("rl.train's rollout stage with rollout_hooks", function()
+  local function config(extra)
+    local o = { model = m, tokenizer = tok, env = counter, tasks_per_step = 4, group_size = 3,
+      max_turns = 3, max_turn_tokens = 4, eval = false, progress = false, plot = false }
+    for k, v in pairs(extra or {}) do o[k] = v end
+    return assert(rl.train.options.check(o))
+  end
+  local function context(c)
+    return { cfg = c, model = m, tokenizer = tok, stages = { rollout = rl.train.rollout.run },
+      ro = rl.rollout.new { model = m, episodes = 12, capacity = 160 } }
+  end
+  local odd = function(g) return g.id % 2 == 1 end
+
+  it("returns the batch the hooks kept with the gate's counts in batch.gate", function()
+    local c = config { batch_invariant = true, rollout_hooks = { gate = { turn = 1, fn = odd } } }
+    local ctx = context(c)
+    local req = { tasks = counter.tasks("train", 4), repeats = 3, seed = 9, temperature = 1,
+      group_base = 100, hooks = c.rollout_hooks }
+    local b = rl.train.rollout.run(ctx, req)
+    assert.are.equal(6, b:size())
+    for _, ep in ipairs(b.episodes) do assert.is_true(ep.group == 102 or ep.group == 104) end
+    assert.are.same({ 2, 4, 6 }, { b.gate.turn * 2, b.gate.groups, b.gate.episodes_cut })
+    assert.are.equal(2, b.gate.cut)
+    -- the kept groups are the episodes of an ungated run, token for token
+    req.hooks = nil
+    local plain = rl.train.rollout.run(ctx, req)
+    assert.is_nil(plain.gate)
+    local kept = plain:select { 4, 5, 6, 10, 11, 12 }
+    assert.are.same(kept.offsets, b.offsets)
+    assert.are.equal(0, kept.tokens:max_abs_diff(b.tokens))
+    assert.are.equal(0, kept.logprobs:max_abs_diff(b.logprobs))
+  end)
+
+  it("forks from on_turn in a rollout with room for the branches; sample sums the gate over tries", function()
+    local c = config { rollout_hooks = { fork_room = 12,
+      on_turn = function(ep) if ep.turns == 1 and not ep.branch then return 2 end end } }
+    local ctx = context(c)
+    local b = rl.train.rollout.run(ctx, { tasks = counter.tasks("train", 4), repeats = 3, seed = 9,
+      temperature = 1, group_base = 0, hooks = c.rollout_hooks })
+    assert.are.equal(24, b:size())
+    local per_group = {}
+    for _, ep in ipairs(b.episodes) do per_group[ep.group] = (per_group[ep.group] or 0) + 1 end
+    assert.are.same({ 6, 6, 6, 6 }, per_group) -- a branch is in its parent's group
+    -- rollout.sample: the gate's counts come back in info.gate (and on the batch)
+    c = config { dynamic_sampling = true, max_sampling_tries = 2,
+      rollout_hooks = { gate = { turn = 1, fn = odd } } }
+    ctx = context(c)
+    local batch, info = rl.train.rollout.sample(ctx, 1)
+    assert.is_true(info.tries > 1) -- the cut groups did not fill the batch
+    assert.are.equal(info.groups_drawn, info.gate.groups)
+    assert.are.equal(info.groups_drawn, #info.gate.decisions)
+    local cut = 0
+    for _, d in ipairs(info.gate.decisions) do
+      assert.are.equal(d.group % 2 == 1, d.cut)
+      cut = cut + (d.cut and 1 or 0)
+    end
+    assert.are.equal(cut, info.gate.cut)
+    if batch then assert.are.equal(info.gate, batch.gate) end
+    -- a gate that cuts every group leaves no batch: the step is skipped
+    c = config { rollout_hooks = { gate = { turn = 1, fn = function() return true end } } }
+    local none, why = rl.train.rollout.sample(context(c), 1)
+    assert.is_nil(none)
+    assert.are.equal(4, why.gate.cut)
+  end)
+
+  it("trains with a gate, steps whose groups were all cut skipped", function()
+    local dir = H.tmpdir()
+    local seen = {}
+    local calls = 0
+    local r = rl.train { model = rl.model.new { vocab = 264, dim = 16, layers = 1, heads = 2, ffn = 32,
+      ctx = 96, seed = 5 }, tokenizer = tok, env = counter, dir = dir, seed = 2, steps = 3,
+      tasks_per_step = 2, group_size = 2, max_turns = 2, max_turn_tokens = 3, eval = false,
+      progress = false, plot = false,
+      rollout_hooks = { gate = { turn = 1, fn = function(g)
+        calls = calls + 1
+        return calls > 2 -- the first step keeps both groups, the others cut all
+      end } },
+      on_step = function(step, mt) seen[step] = mt end }
+    assert.are.equal(3, #r.history - 1)
+    assert.are.equal(4, seen[1].episodes)
+    assert.are.equal(1, seen[2].skipped)
+    assert.are.equal(1, seen[3].skipped)
+    H.sh("rm -rf " .. H.shell_quote(dir))
+  end)
+
+  it("checks the option: unknown fields, wrong types, and what it cannot go with", function()
+    local function refused(extra, wanted)
+      local o = { model = m, tokenizer = tok, env = counter }
+      for k, v in pairs(extra) do o[k] = v end
+      local cfg, err = rl.train.options.check(o)
+      assert.is_nil(cfg)
+      for _, w in ipairs(type(wanted) == "table" and wanted or { wanted }) do
+        assert.is_truthy(err:find(w, 1, true), err)
+      end
+    end
+    refused({ rollout_hooks = { gat = {} } }, "rollout_hooks: unknown field 'gat' (did you mean 'gate'?)")
+    refused({ rollout_hooks = 3 }, "rollout_hooks: a table {on_turn =")
+    refused({ rollout_hooks = { on_turn = "x" } }, "rollout_hooks: on_turn: a function expected")
+    refused({ rollout_hooks = { max_resamples = 0 } }, "rollout_hooks: max_resamples: a positive integer")
+    refused({ rollout_hooks = { gate = {} } }, "rollout_hooks: gate: turn: a positive integer expected (it is required)")
+    refused({ rollout_hooks = { gate = { turn = 1, dl = 1 } } }, "gate: unknown field 'dl'")
+    refused({ rollout_hooks = { gate = { turn = 1, d_low = 0.1, fn = print } } },
+      "d_low and t_high are the built-in gate's")
+    refused({ rollout_hooks = { gate = { turn = 1 } }, tree = { turn = 1, k = 2 }, group_size = 2 },
+      "rollout_hooks: a tree does not run with hooks")
+    refused({ batch_invariant = "yes" }, "batch_invariant: true or false expected")
+    local ok = rl.train.options.check { model = m, tokenizer = tok, env = counter,
+      rollout_hooks = { gate = { turn = 2 } }, batch_invariant = true }
+    assert.are.equal(1, ok.rollout_hooks.max_resamples or 1)
+    -- state.json can hold the option (functions by name)
+    local rec = rl.train.options.record(config { rollout_hooks = { on_turn = print,
+      gate = { turn = 1, fn = odd } } })
+    assert.are.same({ on_turn = "<function>", gate = { turn = 1, fn = "<function>" } }, rec.rollout_hooks)
+    assert.is_string(rl.json.encode(rec))
+  end)
+end)
