@@ -65,7 +65,7 @@
 --                                             -- hooks"); cut groups leave the batch, the gate's
 --                                             -- counts are batch.gate (moonrl.train.rollout)
 --     batch_invariant = false,                -- true: episodes decode to the same floats
---                                             -- whatever runs beside them (~20% slower)
+--                                             -- whatever runs beside them (~1.5x slower)
 --     overlong = nil,                         -- {max_len =, buffer =, factor = 1}: DAPO shaping
 --     replay = nil,                           -- an rl.replay buffer, or {buffer =, ratio = 0.5,
 --                                             -- advantages = "recompute" | "stored",
