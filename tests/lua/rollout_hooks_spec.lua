@@ -303,6 +303,8 @@ describe("rl.rollout hooks refuse bad input", function()
       "returned string; expected nil, a number of episodes k >= 2 or {k =, drop =}")
     H.assert_error(function() run(ro, 2, { on_turn = function() return { k = 2, keep = 1 } end }) end,
       "a field other than k and drop")
+    H.assert_error(function() run(ro, 2, { on_turn = function() return { k = 1 } end }) end,
+      "returned table; expected nil, a number of episodes k >= 2")
     H.assert_error(function() run(ro, 2, { on_turn = function() return 9 end }) end,
       { "on_turn (episode ", "no room for 8 branches: the rollout holds 6 episodes and 2 are in use" })
     H.assert_error(function()
@@ -339,6 +341,8 @@ describe("rl.rollout hooks refuse bad input", function()
       "gate.d_low: a number expected")
     H.assert_error(function() run(ro, 4, { groups = groups, gate = { turn = 1, finish = "yes" } }) end,
       "gate.finish: true or false expected")
+    H.assert_error(function() run(ro, 4, { groups = groups, gate = { turn = 1, fn = 2 } }) end,
+      "gate.fn: a function expected, got number")
     H.assert_error(function()
       run(ro, 4, { groups = groups, gate = { turn = 1, d_low = 0.2, fn = function() end } })
     end, "gate.d_low: the built-in gate's, not fn's")

@@ -503,25 +503,25 @@ static int p_turn(lua_State *L) {
   lua_pushvalue(L, 2);
   push_view(L, c->h, c->e, false);
   lua_call(L, 1, 1);
-  int ok = 1;
-  if (lua_isnoneornil(L, -1) || (lua_isboolean(L, -1) && !lua_toboolean(L, -1))) return 0;
-  if (lua_istable(L, -1)) {
-    lua_getfield(L, -1, "k");
+  int ok = 1, ret = lua_gettop(L);
+  if (lua_isnoneornil(L, ret) || (lua_isboolean(L, ret) && !lua_toboolean(L, ret))) return 0;
+  if (lua_istable(L, ret)) {
+    lua_getfield(L, ret, "k");
     lua_Integer k = lua_tointegerx(L, -1, &ok);
     c->k = ok && k >= 2 && k <= 1 << 20 ? (int)k : 0;
-    lua_getfield(L, -2, "drop");
+    lua_getfield(L, ret, "drop");
     c->flags = lua_toboolean(L, -1) ? MRL_BRANCH_DROP : 0;
-    for (lua_pushnil(L); lua_next(L, -4); lua_pop(L, 1))
+    for (lua_pushnil(L); lua_next(L, ret); lua_pop(L, 1))
       if (lua_type(L, -2) != LUA_TSTRING ||
           (strcmp(lua_tostring(L, -2), "k") && strcmp(lua_tostring(L, -2), "drop")))
         return luaL_error(L, "returned a table with a field other than k and drop");
   } else {
-    lua_Integer k = lua_tointegerx(L, -1, &ok);
+    lua_Integer k = lua_tointegerx(L, ret, &ok);
     c->k = ok && k >= 2 && k <= 1 << 20 ? (int)k : 0;
   }
   if (!c->k)
     return luaL_error(L, "returned %s; expected nil, a number of episodes k >= 2 or {k =, drop =}",
-                      luaL_typename(L, -1));
+                      luaL_typename(L, ret));
   return 0;
 }
 
@@ -684,7 +684,14 @@ static void gate_option(lua_State *L, int gi, lua_hooks *h, int *turn, int *fini
                                         luaL_typename(L, -1)));
   *turn = (int)t;
   lua_pop(L, 1);
-  h->gate_fn = opt_function(L, gi, "fn"); /* left on the stack */
+  if (lua_getfield(L, gi, "fn") == LUA_TNIL) {
+    lua_pop(L, 1);
+  } else if (lua_isfunction(L, -1)) {
+    h->gate_fn = lua_gettop(L); /* left on the stack */
+  } else {
+    luaL_argerror(L, 2, lua_pushfstring(L, "gate.fn: a function expected, got %s",
+                                        luaL_typename(L, -1)));
+  }
   h->builtin_gate = !h->gate_fn;
   const char *nums[] = {"d_low", "t_high"};
   double vals[] = {0.12, 2.0};
