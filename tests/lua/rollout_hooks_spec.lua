@@ -211,6 +211,21 @@ describe("rl.rollout gate", function()
     end
   end)
 
+  it("decodes an episode the same alone, among others and in another order (own streams)", function()
+    local picked = { 7, 2, 11 }
+    local res = ro:run { tokenizer = tok, env = counter, max_turns = 4, max_turn_tokens = 5,
+      temperature = 1, batch_invariant = true,
+      tasks = seq(3, function(j) return counter.tasks("train", 12)[picked[j]] end),
+      seeds = seq(3, function(j) return 500 + picked[j] end) }
+    local b = rl.batch.from_rollout(ro, res, { 1, 2, 3 })
+    for j, e in ipairs(picked) do
+      local t, lp = record_of(b, j)
+      local t2, lp2 = record_of(pb, e)
+      assert.are.same(t2, t)
+      assert.are.same(lp2, lp)
+    end
+  end)
+
   it("with finish = true runs cut groups to the end, off the batch, and says whether they were flat", function()
     local res = run(ro, 12, { groups = groups, gate = { turn = 2, finish = true,
       fn = function(g) return g.id == 11 end } })
