@@ -493,6 +493,18 @@ MRL_API const float *mrl_kv_cache_logits(const mrl_kv_cache *c, int slot);
 /* Makes slot dst a copy of slot src (keys, values, length, logits) whose random stream is seeded
  * by seed: a fork, for tree rollouts. src and dst must differ. */
 MRL_API mrl_status mrl_kv_cache_copy(mrl_kv_cache *c, int src, int dst, uint64_t seed);
+/* on != 0: every later append computes each token's row on its own (one matrix product per row
+ * instead of one for all), so a slot's keys, values and logits are the same floats whichever
+ * other slots share the append. OpenBLAS picks its kernels by the sizes of a product, so
+ * otherwise they differ in the last bits (1e-6 in log-probabilities). The cost: 128 episodes of
+ * the quickstart-sized model decode in 0.21 s instead of 0.14 s. Off when the cache is made. */
+MRL_API mrl_status mrl_kv_cache_set_batch_invariant(mrl_kv_cache *c, int on);
+/* Shortens a slot to its first `length` tokens (1 <= length <= its length) and makes `logits`
+ * (vocab floats, copied; the slot's own may be passed) its logits, those a caller saved with
+ * mrl_kv_cache_logits when the slot had that length: the next sample redraws from the same
+ * distribution with the stream as it is now. */
+MRL_API mrl_status mrl_kv_cache_truncate(mrl_kv_cache *c, int slot, int length,
+                                         const float *logits);
 
 /* ---- rollouts ----------------------------------------------------------------------------
  * Many multi-turn episodes decoded at once over one model (continuous batching): every call to
@@ -719,7 +731,8 @@ enum {
   MRL_END_MAX_TURNS = 2, /* reached max_turns */
   MRL_END_BUDGET = 3,    /* out of token capacity */
   MRL_END_ENV_ERROR = 4, /* reset or step failed; mrl_rollout_error has the message */
-  MRL_END_PAUSED = 5     /* stopped at cfg->pause_turn with its observation in; resumable */
+  MRL_END_PAUSED = 5,    /* stopped at cfg->pause_turn with its observation in; resumable */
+  MRL_END_CUT = 6        /* stopped with its group by a group hook (mrl_rollout_run_hooks) */
 };
 
 typedef struct mrl_rollout_config {
@@ -735,6 +748,10 @@ typedef struct mrl_rollout_config {
    * continued: paused ones run on with the environments given, ended ones stay as they are. */
   int pause_turn;
   int resume;
+  /* != 0: decode as mrl_kv_cache_set_batch_invariant says, so that an episode's tokens and
+   * log-probabilities are the same floats whichever other episodes run beside it (alone, in
+   * another batch, with groups cut or branches added by hooks); slower (about 1.5x). */
+  int batch_invariant;
 } mrl_rollout_config;
 
 /* Runs n episodes (episode e with envs[e] and seeds[e], n <= the rollout's episodes) to the end,
@@ -780,6 +797,107 @@ MRL_API int mrl_rollout_end(const mrl_rollout *r, int e);
 MRL_API int mrl_rollout_turn_count(const mrl_rollout *r, int e);
 MRL_API const double *mrl_rollout_rewards(const mrl_rollout *r, int e);
 MRL_API const char *mrl_rollout_error(const mrl_rollout *r, int e);
+/* The tokens the policy sampled in turn `turn` (0-based) of episode e, its end-of-turn token
+ * included when it sampled one: *tokens (borrowed, as mrl_rollout_tokens) and the count, or -1
+ * for bad arguments or a turn it has not taken. */
+MRL_API int mrl_rollout_action(const mrl_rollout *r, int e, int turn, const int32_t **tokens);
+
+/* -- rollout hooks --
+ * mrl_rollout_run_hooks runs episodes as mrl_rollout_run does, calling the caller's functions
+ * at points of the episodes' lives. A hook reads an episode through the accessors above (its
+ * record, turns, rewards, end), runs on the calling thread between decoding steps, and returns
+ * MRL_OK or a status that stops the run: mrl_rollout_run_hooks then fails with that status and
+ * a message naming the hook and the episode (the hook's own engine message kept when it set
+ * one, as a failing mrl_ call does). A hook must not run the rollout itself.
+ *
+ * Forks. mrl_rollout_branch, called from any hook, forks an episode between two of its turns
+ * into k episodes: itself and k - 1 branches, new episodes numbered from the run's total so far,
+ * each with the episode's record and KV cache as they are, its own stream seeded
+ * mrl_rollout_branch_seed(its seed, f + j) for branch j = 1..k - 1 (f: branches it had before;
+ * a root's seed is seeds[e], a branch's its own), and a copy of its environment made by clone()
+ * then. A fork of an episode that has ended copies it as it ended (its branches are never
+ * stepped and no clone is made). A clone that fails ends only its branch (MRL_END_ENV_ERROR,
+ * "clone: <message>"). Forking every root after turn t into k gives, episode for episode, the
+ * branches of mrl_rollout_run_tree(..., t, k, ...) (bit for bit with cfg->batch_invariant).
+ * When all k episodes of a fork have ended, hooks->branches gets them: parent, the turns they
+ * share, and the branches first .. first + count - 1. A branch's group is its parent's.
+ *
+ * Groups. With hooks->group, episode e of the n given belongs to group hooks->groups[e] (any
+ * int ids). An episode that has taken hooks->group_turn (K) turns waits there until every
+ * member of its group has taken K turns or ended; then hooks->group gets the group's members
+ * (episode numbers in increasing order) and may set *cut. A cut group leaves the batch: every
+ * member is dropped (mrl_rollout_dropped), and those still running stop (MRL_END_CUT, at K
+ * turns) unless hooks->finish_cut is set, which runs them to the end anyway, still dropped (to
+ * measure what a cut would have lost). mrl_rollout_gate_group is a ready group hook.
+ *
+ * Resampling. hooks->resample sees each turn's action (the text the environment would get)
+ * before the environment does, and may set *again: the turn is taken back (record and cache
+ * shortened to its start, the logits there restored) and sampled again, the episode's stream
+ * going on. attempt counts the turn's earlier resamples; the hook is called while attempt <
+ * hooks->max_resamples (0 counts as 1), after which the environment gets the action. */
+typedef struct mrl_rollout_hooks {
+  void *user; /* passed to every hook */
+  /* After episode e's turn was taken by its environment (its observation appended when it goes
+   * on, or after its last turn). */
+  mrl_status (*turn)(void *user, mrl_rollout *r, int e);
+  /* When every episode of a fork has ended (see Forks). */
+  mrl_status (*branches)(void *user, mrl_rollout *r, int parent, int turn, int first,
+                         int count);
+  mrl_status (*resample)(void *user, mrl_rollout *r, int e, int attempt, const char *action,
+                         size_t len, int *again);
+  int max_resamples;
+  /* See Groups; groups (n entries, borrowed for the run) and group_turn >= 1 are needed with a
+   * group hook. */
+  mrl_status (*group)(void *user, mrl_rollout *r, int group, int turn, const int *members,
+                      int count, int *cut);
+  const int *groups;
+  int group_turn;
+  int finish_cut;
+} mrl_rollout_hooks;
+
+/* Runs n episodes like mrl_rollout_run (cfg->pause_turn and cfg->resume must be 0) with hooks.
+ * *total receives the number of episodes at the end: n plus the branches forked, episodes
+ * n .. *total - 1. clones (the rollout's episodes entries, set to NULL first) receives the
+ * environment each branch's clone() made, filled in as branches are made, NULL elsewhere; the
+ * caller owns them and frees them as its clone function says, also when the call fails. */
+MRL_API mrl_status mrl_rollout_run_hooks(mrl_rollout *r, mrl_tokenizer *tok, int n,
+                                         mrl_env *const *envs, const uint64_t *seeds,
+                                         const mrl_rollout_config *cfg,
+                                         const mrl_rollout_hooks *hooks, mrl_env **clones,
+                                         int *total);
+enum { MRL_BRANCH_DROP = 1 }; /* the fork's branches are dropped once hooks->branches saw them */
+/* From inside a hook: forks episode e (not in the middle of a turn) into k >= 2 episodes (see
+ * Forks); *first (may be NULL) receives the first branch's number. Fails, changing nothing, with
+ * MRL_ERR_RANGE when the rollout has no room for k - 1 more episodes, MRL_ERR_UNSUPPORTED when
+ * a running episode's environment has no clone, MRL_ERR_INVALID outside a hook. */
+MRL_API mrl_status mrl_rollout_branch(mrl_rollout *r, int e, int k, int flags, int *first);
+/* Where episode e came from: *parent the episode a hook forked it from (-1: not forked by a
+ * hook), *index its place in that fork (the parent is 1, its branches 2..k; 1 when not forked),
+ * *turn the turns it shares with its parent (0). Pointers may be NULL. -1 for bad arguments. */
+MRL_API int mrl_rollout_origin(const mrl_rollout *r, int e, int *parent, int *index, int *turn);
+/* The seed of episode e's stream (seeds[e] for the episodes a run was given, a branch's
+ * derived one for forks); 0 for bad arguments. */
+MRL_API uint64_t mrl_rollout_seed(const mrl_rollout *r, int e);
+/* 1 when episode e was dropped (cut with its group, or a branch of a dropped fork) and is no part
+ * of the batch, 0 when it is, -1 for bad arguments. */
+MRL_API int mrl_rollout_dropped(const mrl_rollout *r, int e);
+
+/* The selective rollout gate as a group hook: hooks->user points to an mrl_rollout_gate.
+ * Each member's first K actions (K: hooks->group_turn; an action is the token sequence of a
+ * turn, mrl_rollout_action, and two actions are one symbol when their tokens are equal) go to
+ * mrl_selective_gate_eval with d_low and t_high: a member that ended before K is padded with an
+ * end symbol, the Levenshtein distance of two prefixes is divided by K (their length after
+ * padding), and the group is cut when the mean over its G (G - 1) / 2 pairs is below d_low, or
+ * when at least t_high of its members ended before K. A group of one is never cut. */
+typedef struct mrl_rollout_gate {
+  double d_low;       /* 0.12 in the paper */
+  double t_high;      /* the released code's OR-rule; above 1 (say 2): off, the paper's gate */
+  int groups, cut;    /* out: groups seen and cut so far */
+  double distance;    /* out: the last group's mean pairwise distance (0 for a group of one) */
+  double termination; /* out: the last group's fraction ended before K */
+} mrl_rollout_gate;
+MRL_API mrl_status mrl_rollout_gate_group(void *gate, mrl_rollout *r, int group, int turn,
+                                          const int *members, int count, int *cut);
 
 /* ---- advantages and losses -----------------------------------------------------------------
  * The advantage estimators, KL estimators and policy losses of shared/spec/advantage.md (section

@@ -116,9 +116,10 @@ function M.new(t)
 end
 
 -- A batch from rollout results (ro:run's list) and the rollout's tensors; groups: the prompt
--- group of each episode.
+-- group of each episode. A run with hooks lists only the episodes it kept: results.slots holds
+-- their episode numbers in the rollout.
 function M.from_rollout(ro, results, groups)
-  local t = ro:tensors(#results)
+  local t = ro:tensors(results.slots or #results)
   local eps = {}
   for i, r in ipairs(results) do
     local ep = {}

@@ -1,6 +1,7 @@
 /* test_kv_cache.c - incremental decoding against the full forward pass (one run, token by token,
  * ragged batches), and sampling: greedy, seeds per sequence independent of the batch, behaviour
- * log-probabilities, and the support of top-k / top-p / min-p; argument errors; allocation
+ * log-probabilities, and the support of top-k / top-p / min-p; truncation to a saved length;
+ * batch-invariant appends; argument errors; allocation
  * failures in appends and sampling that change nothing; non-finite logits refused. */
 #include "model.h"
 #include "support.h"
@@ -388,6 +389,90 @@ static void test_copy_slot(void) {
   mrl_engine_free(e);
 }
 
+/* Truncating a slot back to a saved length with the logits saved there: the next append of the
+ * same tokens gives the same logits as the first time, the next draw comes from the restored
+ * distribution; bad lengths and a NULL are refused, changing nothing. */
+static void test_truncate(void) {
+  mrl_engine *e = new_engine();
+  mrl_model *m = make_model("qwen2", e, 8);
+  mrl_kv_cache *c = NULL;
+  MUST(mrl_kv_cache_new(m, 2, CTX, &c));
+  int32_t t[6];
+  tokens_of(t, 6, 3);
+  int slot = 0, three = 3;
+  float at3[VOCAB], at6[VOCAB];
+  MUST(mrl_kv_cache_append(c, 1, &slot, t, &three));
+  memcpy(at3, mrl_kv_cache_logits(c, 0), sizeof at3);
+  MUST(mrl_kv_cache_append(c, 1, &slot, t + 3, &three));
+  memcpy(at6, mrl_kv_cache_logits(c, 0), sizeof at6);
+  MUST(mrl_kv_cache_truncate(c, 0, 3, at3));
+  CHECK(mrl_kv_cache_length(c, 0) == 3 && max_diff(mrl_kv_cache_logits(c, 0), at3, VOCAB) == 0.0);
+  mrl_sampling greedy = {.temperature = 0.0f};
+  int32_t next;
+  MUST(mrl_kv_cache_sample(c, 1, &slot, &greedy, &next, NULL));
+  int best = 0;
+  for (int v = 1; v < VOCAB; v++) if (at3[v] > at3[best]) best = v;
+  CHECK(next == best);
+  MUST(mrl_kv_cache_append(c, 1, &slot, t + 3, &three));
+  CHECK(max_diff(mrl_kv_cache_logits(c, 0), at6, VOCAB) == 0.0);
+  CHECK_FAILS(e, MRL_ERR_RANGE, "length 7 is outside 1..6", mrl_kv_cache_truncate(c, 0, 7, at3));
+  CHECK_FAILS(e, MRL_ERR_RANGE, "length 0", mrl_kv_cache_truncate(c, 0, 0, at3));
+  CHECK_FAILS(e, MRL_ERR_NULL, "logits is NULL", mrl_kv_cache_truncate(c, 0, 3, NULL));
+  CHECK_FAILS(e, MRL_ERR_RANGE, "slot 2", mrl_kv_cache_truncate(c, 2, 3, at3));
+  CHECK(mrl_kv_cache_length(c, 0) == 6 && max_diff(mrl_kv_cache_logits(c, 0), at6, VOCAB) == 0.0);
+  CHECK(mrl_kv_cache_truncate(NULL, 0, 1, at3) == MRL_ERR_NULL);
+  mrl_kv_cache_free(c);
+  mrl_model_free(m);
+  CHECK(mrl_engine_memory_used(e) == 0);
+  mrl_engine_free(e);
+}
+
+/* With batch invariance a slot's logits are the same floats appended alone as among 96 others,
+ * with a model large enough for OpenBLAS to pick other kernels for the batch (the difference
+ * without it is noted, not required: another BLAS may have none). */
+static void test_batch_invariant_appends(void) {
+  enum { SLOTS = 97, V = 264 };
+  mrl_engine *e = new_engine();
+  mrl_model_config cfg;
+  mrl_model_config_default(&cfg);
+  cfg.vocab = V;
+  cfg.dim = 64;
+  cfg.layers = 1;
+  cfg.heads = 4;
+  cfg.kv_heads = 4;
+  cfg.ffn = 192;
+  cfg.ctx = 8;
+  mrl_model *m = NULL;
+  MUST(mrl_model_new(e, &cfg, 2, &m));
+  mrl_kv_cache *c = NULL;
+  MUST(mrl_kv_cache_new(m, SLOTS, 8, &c));
+  int slots[SLOTS], ones[SLOTS];
+  int32_t tokens[SLOTS];
+  for (int i = 0; i < SLOTS; i++) {
+    slots[i] = i;
+    ones[i] = 1;
+    tokens[i] = (int32_t)((i * 37) % V);
+  }
+  double gap[2];
+  for (int on = 0; on <= 1; on++) {
+    MUST(mrl_kv_cache_set_batch_invariant(c, on));
+    float alone[V];
+    MUST(mrl_kv_cache_reset(c, 0, 1));
+    MUST(mrl_kv_cache_append(c, 1, slots, tokens, ones));
+    memcpy(alone, mrl_kv_cache_logits(c, 0), sizeof alone);
+    for (int i = 0; i < SLOTS; i++) MUST(mrl_kv_cache_reset(c, i, 1));
+    MUST(mrl_kv_cache_append(c, SLOTS, slots, tokens, ones));
+    gap[on] = max_diff(alone, mrl_kv_cache_logits(c, 0), V);
+  }
+  check_note("slot 0's logits alone and among %d: max |difference| %.2e without, %.2e with "
+             "batch invariance", SLOTS, gap[0], gap[1]);
+  CHECK(gap[1] == 0.0);
+  CHECK(mrl_kv_cache_set_batch_invariant(NULL, 1) == MRL_ERR_NULL);
+  mrl_kv_cache_free(c);
+  mrl_model_free(m);
+  mrl_engine_free(e);
+}
+
 /* ---- failures change nothing ---- */
 
 /* Slot state that a failing call must leave as it was. */
@@ -609,6 +694,8 @@ static void test_sample_duplicate_slots(void) {
 
 static const test_case tests[] = {
     {"copy_slot", test_copy_slot},
+    {"truncate", test_truncate},
+    {"batch_invariant_appends", test_batch_invariant_appends},
     {"matches_forward_llama", test_matches_forward_llama},
     {"matches_forward_qwen2", test_matches_forward_qwen2},
     {"matches_forward_qwen3", test_matches_forward_qwen3},

@@ -1171,7 +1171,8 @@ static int l_fail_soon(lua_State *L) {
 }
 
 /* An environment whose step (for a task with hungry = true) runs out of memory, and a function
- * running a rollout of two episodes and returning a digest of the results. */
+ * running a rollout of two episodes (mode "tree": a tree; "hooks": a fork made by on_turn, a
+ * gate function and on_action) and returning a digest of the results. */
 static const char *const lua_rollout_chunk =
     "local fail_soon = ...\n"
     "local rl = require 'moonrl'\n"
@@ -1185,9 +1186,14 @@ static const char *const lua_rollout_chunk =
     "      if self.task.hungry then fail_soon() local t = {} for i = 1, 100 do t[i] = { i } end end\n"
     "      return 'again ' .. #action, 1, false end,\n"
     "    clone = function(self) return { task = self.task, reset = self.reset, step = self.step } end } end }\n"
-    "return function(hungry, tree)\n"
+    "return function(hungry, mode)\n"
+    "  local hooks = mode == 'hooks'\n"
     "  local res = ro:run { tokenizer = tok, env = env, tasks = { { hungry = hungry }, {} }, seeds = { 1, 2 },\n"
-    "    max_turns = 2, max_turn_tokens = 4, branch = tree and { turn = 1, k = 2 } or nil }\n"
+    "    max_turns = 2, max_turn_tokens = 4, branch = mode == 'tree' and { turn = 1, k = 2 } or nil,\n"
+    "    groups = hooks and { 1, 1 } or nil,\n"
+    "    on_turn = hooks and function(ep) if ep.turns == 1 and not ep.branch then return 2 end end or nil,\n"
+    "    on_action = hooks and function(ep, a, attempt) return attempt == 0 and ep.turns == 2 end or nil,\n"
+    "    gate = hooks and { turn = 1, fn = function(g) return #g.episodes > 9 end } or nil }\n"
     "  local out = {}\n"
     "  for i, r in ipairs(res) do\n"
     "    local acts = {}\n"
@@ -1225,10 +1231,10 @@ static void open_lua(lua_setup *s) {
 
 /* Calls the chunk's function (at the top of the stack) under lua_pcall; returns whether it
  * succeeded, with its digest or message copied to out. */
-static bool call_lua_run(lua_setup *s, bool hungry, bool tree, char *out, size_t cap) {
+static bool call_lua_run(lua_setup *s, bool hungry, const char *mode, char *out, size_t cap) {
   lua_pushvalue(s->L, -1);
   lua_pushboolean(s->L, hungry);
-  lua_pushboolean(s->L, tree);
+  lua_pushstring(s->L, mode);
   bool ok = lua_pcall(s->L, 2, 1, 0) == LUA_OK;
   snprintf(out, cap, "%s", lua_type(s->L, -1) == LUA_TSTRING ? lua_tostring(s->L, -1) : "?");
   lua_pop(s->L, 1);
@@ -1248,34 +1254,36 @@ static void test_lua_step_out_of_memory(void) {
   lua_setup s;
   open_lua(&s);
   char before[4096], hungry[4096], after[4096];
-  CHECK(call_lua_run(&s, false, false, before, sizeof before));
-  CHECK(call_lua_run(&s, true, false, hungry, sizeof hungry));
+  CHECK(call_lua_run(&s, false, "plain", before, sizeof before));
+  CHECK(call_lua_run(&s, true, "plain", hungry, sizeof hungry));
   check_note("%.*s", (int)strcspn(hungry, "\n"), hungry);
   CHECKF(strncmp(hungry, "env_error 1 ", 12) == 0 && strstr(hungry, "step: not enough memory"),
          "%s", hungry);
   const char *second = strchr(hungry, '\n'), *want = strchr(before, '\n');
   CHECK(second && want && strcmp(second, want) == 0); /* the other episode, untouched */
-  CHECK(call_lua_run(&s, false, false, after, sizeof after));
+  CHECK(call_lua_run(&s, false, "plain", after, sizeof after));
   CHECK(strcmp(before, after) == 0);
   close_lua(&s);
 }
 
-/* Out of memory at every allocation of a Lua rollout (plain and tree) in turn: ro:run either
- * raises in Lua or ends episodes with errors, never unwinds through the engine (whose memory
- * stays as it was), and the next run gives what a run that never failed gives. */
+/* Out of memory at every allocation of a Lua rollout (plain, tree, with hooks) in turn: ro:run
+ * either raises in Lua or ends episodes with errors, never unwinds through the engine (whose
+ * memory stays as it was), and the next run gives what a run that never failed gives. */
 static void test_lua_rollout_memory_sweep(void) {
-  for (int tree = 0; tree <= 1; tree++) {
+  static const char *const modes[] = {"plain", "tree", "hooks"};
+  for (int mi = 0; mi < 3; mi++) {
+    const char *mode = modes[mi];
     lua_setup s;
     open_lua(&s);
     char want[4096], got[4096];
-    CHECK(call_lua_run(&s, false, tree, want, sizeof want));
+    CHECK(call_lua_run(&s, false, mode, want, sizeof want));
     lua_gc(s.L, LUA_GCCOLLECT);
     size_t used = mrl_engine_memory_used(s.e);
     long raised = 0, ended = 0, at;
     for (at = 0;; at++) {
       s.mem.requests = 0;
       s.mem.fail_at = at;
-      bool ok = call_lua_run(&s, false, tree, got, sizeof got);
+      bool ok = call_lua_run(&s, false, mode, got, sizeof got);
       s.mem.fail_at = -1;
       if (ok && s.mem.requests <= at) break;
       if (!ok) raised++;
@@ -1283,11 +1291,11 @@ static void test_lua_rollout_memory_sweep(void) {
       lua_gc(s.L, LUA_GCCOLLECT);
       CHECKF(mrl_engine_memory_used(s.e) == used, "request %ld: engine memory %zu -> %zu", at,
              used, mrl_engine_memory_used(s.e));
-      CHECKF(call_lua_run(&s, false, tree, got, sizeof got) && strcmp(got, want) == 0,
+      CHECKF(call_lua_run(&s, false, mode, got, sizeof got) && strcmp(got, want) == 0,
              "request %ld: the next run gave %s", at, got);
     }
     check_note("%s: %ld allocations failed in turn: %ld raised from ro:run, %ld ended episodes",
-               tree ? "tree" : "plain", at, raised, ended);
+               mode, at, raised, ended);
     CHECK(raised > 0 && ended > 0);
     close_lua(&s);
   }

@@ -1,5 +1,6 @@
 /* lua_rollout.c - rollouts from Lua (`rl.rollout`): Lua environments wrapped as mrl_env vtables
- * for the C episode driver and tree rollouts (mrl_rollout_run, mrl_rollout_run_tree), and the
+ * for the C episode driver, tree rollouts and hooked runs (mrl_rollout_run, mrl_rollout_run_tree,
+ * mrl_rollout_run_hooks, with Lua functions as the hooks and the selective gate), and the
  * episodes' records handed back as tensors (one copy out of the rollout, then views).
  * Environment errors end only their episode; the message is kept. Every call into Lua that the
  * engine makes (reset, step, clone) runs under lua_pcall, so no Lua error, out-of-memory errors
@@ -7,6 +8,7 @@
  * (moonrl.env registers it with rl.rollout.set_step): this module requires no Lua module. */
 #include "lua_internal.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -357,12 +359,446 @@ static void branch_summary(lua_State *L, lrollout *ro, run_envs *run, mrl_env *c
   lua_rawseti(L, results, dst + 1);
 }
 
+static const char *const END_NAMES[] = {"running", "done",  "max_turns", "budget",
+                                        "env_error", "paused", "cut"};
+
+static const char *end_name(int end) { return end >= 0 && end <= 6 ? END_NAMES[end] : "running"; }
+
+/* ---- hooks (mrl_rollout_run_hooks): Lua functions behind the C hooks ----
+ * Each hook runs its Lua function under lua_pcall (a p_* function does everything that may
+ * raise); a failure keeps the message, named after the option and the episode, in h->err, and
+ * ro:run raises it once the run has returned. */
+
+typedef struct {
+  lua_State *L;
+  lrollout *ro;
+  run_envs *run;
+  mrl_env **clones;
+  int n, total;
+  int on_turn, on_branches, on_action, gate_fn; /* stack indices of the functions; 0: none */
+  int groups;                                   /* stack index of the groups list; 0: none */
+  int decisions;                                /* stack index of the gate's decisions list */
+  bool builtin_gate;
+  mrl_rollout_gate gate;
+  char err[1024];
+} lua_hooks;
+
+/* The wrapper whose instance and records episode e uses: its own (a root's, or its clone's), or
+ * that of the episode it was copied from when it has none (its parent had ended, or the clone
+ * failed). */
+static lua_env *env_of(const lua_hooks *h, int e) {
+  while (e >= h->n && !h->clones[e]) mrl_rollout_origin(h->ro->r, e, &e, NULL, NULL);
+  return e < h->n ? &h->run->env[e] : h->clones[e]->self;
+}
+
+static void set_integer(lua_State *L, const char *k, lua_Integer v) {
+  lua_pushinteger(L, v);
+  lua_setfield(L, -2, k);
+}
+
+/* Pushes what a hook sees of episode e: {episode =, turns =, end =, rewards =, return_ =,
+ * length =, record =, instance =, task =, seed =, room =, branch = (forks), tokens = (with
+ * tokens)}. */
+static void push_view(lua_State *L, const lua_hooks *h, int e, bool tokens) {
+  mrl_rollout *r = h->ro->r;
+  const lua_env *env = env_of(h, e);
+  int turns = mrl_rollout_turn_count(r, e), parent, index, turn;
+  lua_createtable(L, 0, 14);
+  set_integer(L, "episode", e + 1);
+  set_integer(L, "turns", turns);
+  lua_pushstring(L, end_name(mrl_rollout_end(r, e)));
+  lua_setfield(L, -2, "end");
+  const double *rw = mrl_rollout_rewards(r, e);
+  double sum = 0.0;
+  lua_createtable(L, turns, 0);
+  for (int t = 0; t < turns; t++) {
+    lua_pushnumber(L, rw[t]);
+    lua_rawseti(L, -2, t + 1);
+    sum += rw[t];
+  }
+  lua_setfield(L, -2, "rewards");
+  lua_pushnumber(L, sum);
+  lua_setfield(L, -2, "return_");
+  set_integer(L, "length", mrl_rollout_length(r, e));
+  if (e < h->n || h->clones[e])
+    lua_rawgeti(L, LUA_REGISTRYINDEX, env->record);
+  else
+    push_list_copy(L, env->record, turns);
+  lua_setfield(L, -2, "record");
+  lua_rawgeti(L, LUA_REGISTRYINDEX, env->instance);
+  lua_setfield(L, -2, "instance");
+  lua_rawgeti(L, LUA_REGISTRYINDEX, env->task);
+  lua_setfield(L, -2, "task");
+  set_integer(L, "seed", (lua_Integer)mrl_rollout_seed(r, e));
+  set_integer(L, "room", h->ro->episodes - h->total);
+  mrl_rollout_origin(r, e, &parent, &index, &turn);
+  if (parent >= 0) {
+    lua_createtable(L, 0, 3);
+    set_integer(L, "root", parent + 1);
+    set_integer(L, "index", index);
+    set_integer(L, "turn", turn);
+    lua_setfield(L, -2, "branch");
+  }
+  if (tokens) {
+    int len = mrl_rollout_length(r, e);
+    const int32_t *ids = mrl_rollout_tokens(r, e);
+    lua_createtable(L, len, 0);
+    for (int i = 0; i < len; i++) {
+      lua_pushinteger(L, ids[i]);
+      lua_rawseti(L, -2, i + 1);
+    }
+    lua_setfield(L, -2, "tokens");
+  }
+}
+
+/* What a p_* function gets and gives back. */
+typedef struct {
+  lua_hooks *h;
+  int e, k, flags, attempt, turn, first, count, cut, again;
+  const int *members;
+  const char *action;
+  size_t len;
+} hook_call;
+
+/* Runs f(call, fn, decisions) under lua_pcall, fn the Lua function at stack index `fn` of
+ * ro:run's frame (the hooks run while it is the current one) or nil; on failure keeps
+ * "<what>: <message>" in h->err. */
+static mrl_status hook_pcall(lua_hooks *h, lua_CFunction f, hook_call *c, int fn,
+                             const char *what) {
+  lua_State *L = h->L;
+  int top = lua_gettop(L);
+  lua_pushcfunction(L, f);
+  lua_pushlightuserdata(L, c);
+  if (fn) lua_pushvalue(L, fn);
+  else lua_pushnil(L);
+  if (h->decisions) lua_pushvalue(L, h->decisions);
+  else lua_pushnil(L);
+  int rc = lua_pcall(L, 3, 0, 0);
+  if (rc != LUA_OK) {
+    const char *msg = lua_type(L, -1) == LUA_TSTRING ? lua_tostring(L, -1)
+                      : rc == LUA_ERRMEM             ? "not enough memory"
+                                                     : NULL;
+    if (msg)
+      snprintf(h->err, sizeof h->err, "%s: %s", what, msg);
+    else
+      snprintf(h->err, sizeof h->err, "%s: (error object is a %s value)", what,
+               luaL_typename(L, -1));
+  }
+  lua_settop(L, top);
+  return rc == LUA_OK ? MRL_OK : rc == LUA_ERRMEM ? MRL_ERR_NOMEM : MRL_ERR_LUA;
+}
+
+/* A C call a hook made that failed: its engine message under the hook's name. */
+static mrl_status hook_refused(lua_hooks *h, mrl_status st, const char *what) {
+  mrl_engine *eng = mrl_model_engine(h->ro->model);
+  const char *msg = mrl_engine_last_error(eng), *colon = strstr(msg, ": ");
+  if (strncmp(msg, "mrl_", 4) == 0 && colon) msg = colon + 2;
+  snprintf(h->err, sizeof h->err, "%s: %s", what, *msg ? msg : mrl_strerror(st));
+  return st;
+}
+
+/* on_turn(view) -> nil | k | {k =, drop =} */
+static int p_turn(lua_State *L) {
+  hook_call *c = lua_touserdata(L, 1);
+  lua_pushvalue(L, 2);
+  push_view(L, c->h, c->e, false);
+  lua_call(L, 1, 1);
+  int ok = 1, ret = lua_gettop(L);
+  if (lua_isnoneornil(L, ret) || (lua_isboolean(L, ret) && !lua_toboolean(L, ret))) return 0;
+  if (lua_istable(L, ret)) {
+    lua_getfield(L, ret, "k");
+    lua_Integer k = lua_tointegerx(L, -1, &ok);
+    c->k = ok && k >= 2 && k <= 1 << 20 ? (int)k : 0;
+    lua_getfield(L, ret, "drop");
+    c->flags = lua_toboolean(L, -1) ? MRL_BRANCH_DROP : 0;
+    for (lua_pushnil(L); lua_next(L, ret); lua_pop(L, 1))
+      if (lua_type(L, -2) != LUA_TSTRING ||
+          (strcmp(lua_tostring(L, -2), "k") && strcmp(lua_tostring(L, -2), "drop")))
+        return luaL_error(L, "returned a table with a field other than k and drop");
+  } else {
+    lua_Integer k = lua_tointegerx(L, ret, &ok);
+    c->k = ok && k >= 2 && k <= 1 << 20 ? (int)k : 0;
+  }
+  if (!c->k)
+    return luaL_error(L, "returned %s; expected nil, a number of episodes k >= 2 or {k =, drop =}",
+                      luaL_typename(L, ret));
+  return 0;
+}
+
+static mrl_status hook_turn(void *user, mrl_rollout *r, int e) {
+  lua_hooks *h = user;
+  if (!h->on_turn) return MRL_OK;
+  char what[64];
+  snprintf(what, sizeof what, "on_turn (episode %d)", e + 1);
+  hook_call c = {.h = h, .e = e};
+  mrl_status st = hook_pcall(h, p_turn, &c, h->on_turn, what);
+  if (st || !c.k) return st;
+  if ((st = mrl_rollout_branch(r, e, c.k, c.flags, NULL))) return hook_refused(h, st, what);
+  h->total += c.k - 1;
+  return MRL_OK;
+}
+
+/* on_branches{episode =, turn =, branches = {view of the parent, of each branch...}} */
+static int p_branches(lua_State *L) {
+  hook_call *c = lua_touserdata(L, 1);
+  lua_pushvalue(L, 2);
+  lua_createtable(L, 0, 3);
+  set_integer(L, "episode", c->e + 1);
+  set_integer(L, "turn", c->turn);
+  lua_createtable(L, c->count + 1, 0);
+  push_view(L, c->h, c->e, true);
+  lua_rawseti(L, -2, 1);
+  for (int i = 0; i < c->count; i++) {
+    push_view(L, c->h, c->first + i, true);
+    lua_rawseti(L, -2, i + 2);
+  }
+  lua_setfield(L, -2, "branches");
+  lua_call(L, 1, 0);
+  return 0;
+}
+
+static mrl_status hook_branches(void *user, mrl_rollout *r, int parent, int turn, int first,
+                                int count) {
+  (void)r;
+  lua_hooks *h = user;
+  if (!h->on_branches) return MRL_OK;
+  char what[64];
+  snprintf(what, sizeof what, "on_branches (episode %d)", parent + 1);
+  hook_call c = {.h = h, .e = parent, .turn = turn, .first = first, .count = count};
+  return hook_pcall(h, p_branches, &c, h->on_branches, what);
+}
+
+/* on_action(view, action, attempt) -> truthy to sample the turn again */
+static int p_action(lua_State *L) {
+  hook_call *c = lua_touserdata(L, 1);
+  lua_pushvalue(L, 2);
+  push_view(L, c->h, c->e, false);
+  lua_pushlstring(L, c->action, c->len);
+  lua_pushinteger(L, c->attempt);
+  lua_call(L, 3, 1);
+  c->again = lua_toboolean(L, -1);
+  return 0;
+}
+
+static mrl_status hook_action(void *user, mrl_rollout *r, int e, int attempt, const char *action,
+                              size_t len, int *again) {
+  (void)r;
+  lua_hooks *h = user;
+  char what[64];
+  snprintf(what, sizeof what, "on_action (episode %d)", e + 1);
+  hook_call c = {.h = h, .e = e, .attempt = attempt, .action = action, .len = len};
+  mrl_status st = hook_pcall(h, p_action, &c, h->on_action, what);
+  *again = c.again;
+  return st;
+}
+
+/* gate.fn{id =, turn =, episodes = {views}} -> truthy to cut (fn: argument 2); then the decision
+ * into the list (argument 3):
+ * {group =, cut =, episodes = {numbers}, distance =, termination = (the built-in gate's)} */
+static int p_group(lua_State *L) {
+  hook_call *c = lua_touserdata(L, 1);
+  lua_hooks *h = c->h;
+  if (h->gate_fn) {
+    lua_pushvalue(L, 2);
+    lua_createtable(L, 0, 3);
+    set_integer(L, "id", c->e);
+    set_integer(L, "turn", c->turn);
+    lua_createtable(L, c->count, 0);
+    for (int i = 0; i < c->count; i++) {
+      push_view(L, h, c->members[i], false);
+      lua_rawseti(L, -2, i + 1);
+    }
+    lua_setfield(L, -2, "episodes");
+    lua_call(L, 1, 1);
+    c->cut = lua_toboolean(L, -1);
+    lua_pop(L, 1);
+  }
+  lua_createtable(L, 0, 6);
+  set_integer(L, "group", c->e);
+  lua_pushboolean(L, c->cut);
+  lua_setfield(L, -2, "cut");
+  lua_createtable(L, c->count, 0);
+  for (int i = 0; i < c->count; i++) {
+    lua_pushinteger(L, c->members[i] + 1);
+    lua_rawseti(L, -2, i + 1);
+  }
+  lua_setfield(L, -2, "episodes");
+  if (h->builtin_gate) {
+    lua_pushnumber(L, h->gate.distance);
+    lua_setfield(L, -2, "distance");
+    lua_pushnumber(L, h->gate.termination);
+    lua_setfield(L, -2, "termination");
+  }
+  lua_rawseti(L, 3, (lua_Integer)luaL_len(L, 3) + 1);
+  return 0;
+}
+
+static mrl_status hook_group(void *user, mrl_rollout *r, int group, int turn, const int *members,
+                             int count, int *cut) {
+  lua_hooks *h = user;
+  char what[64];
+  snprintf(what, sizeof what, "gate (group %d)", group);
+  hook_call c = {.h = h, .e = group, .turn = turn, .members = members, .count = count};
+  if (h->builtin_gate) {
+    mrl_status st = mrl_rollout_gate_group(&h->gate, r, group, turn, members, count, &c.cut);
+    if (st) return hook_refused(h, st, what);
+  }
+  mrl_status st = hook_pcall(h, p_group, &c, h->gate_fn, what);
+  *cut = c.cut;
+  return st;
+}
+
+/* ---- ro:run{...} options ---- */
+
+/* The field `key` of the options at idx: a function (its stack index, the value left there) or
+ * nil (0). */
+static int opt_function(lua_State *L, int idx, const char *key) {
+  int type = lua_getfield(L, idx, key);
+  if (type == LUA_TNIL) {
+    lua_pop(L, 1);
+    return 0;
+  }
+  if (type != LUA_TFUNCTION)
+    luaL_argerror(L, 2, lua_pushfstring(L, "%s: a function expected, got %s", key,
+                                        luaL_typename(L, -1)));
+  return lua_gettop(L);
+}
+
+/* gate = {turn =, d_low = 0.12, t_high =, finish = false, fn =}: checked into h and *turn,
+ * *finish; the table stays on the stack. */
+static void gate_option(lua_State *L, int gi, lua_hooks *h, int *turn, int *finish) {
+  static const char *const known[] = {"turn", "d_low", "t_high", "finish", "fn", NULL};
+  for (lua_pushnil(L); lua_next(L, gi); lua_pop(L, 1)) {
+    bool ok = false;
+    for (int i = 0; known[i] && !ok; i++)
+      ok = lua_type(L, -2) == LUA_TSTRING && strcmp(lua_tostring(L, -2), known[i]) == 0;
+    if (!ok)
+      luaL_argerror(L, 2, lua_pushfstring(L, "gate: unknown field '%s' (expected turn, d_low, "
+                                          "t_high, finish, fn)", luaL_tolstring(L, -2, NULL)));
+  }
+  int ok = 0;
+  lua_getfield(L, gi, "turn");
+  lua_Integer t = lua_tointegerx(L, -1, &ok);
+  if (!ok || t < 1 || t > 1 << 20)
+    luaL_argerror(L, 2, lua_pushfstring(L, "gate.turn: a turn number >= 1 expected, got %s",
+                                        luaL_typename(L, -1)));
+  *turn = (int)t;
+  lua_pop(L, 1);
+  if (lua_getfield(L, gi, "fn") == LUA_TNIL) {
+    lua_pop(L, 1);
+  } else if (lua_isfunction(L, -1)) {
+    h->gate_fn = lua_gettop(L); /* left on the stack */
+  } else {
+    luaL_argerror(L, 2, lua_pushfstring(L, "gate.fn: a function expected, got %s",
+                                        luaL_typename(L, -1)));
+  }
+  h->builtin_gate = !h->gate_fn;
+  const char *nums[] = {"d_low", "t_high"};
+  double vals[] = {0.12, 2.0};
+  for (int i = 0; i < 2; i++) {
+    int type = lua_getfield(L, gi, nums[i]);
+    if (type != LUA_TNIL && h->gate_fn)
+      luaL_argerror(L, 2, lua_pushfstring(L, "gate.%s: the built-in gate's, not fn's", nums[i]));
+    if (type != LUA_TNIL && (type != LUA_TNUMBER || !isfinite(lua_tonumber(L, -1))))
+      luaL_argerror(L, 2, lua_pushfstring(L, "gate.%s: a number expected, got %s", nums[i],
+                                          luaL_typename(L, -1)));
+    if (type != LUA_TNIL) vals[i] = lua_tonumber(L, -1);
+    lua_pop(L, 1);
+  }
+  h->gate = (mrl_rollout_gate){.d_low = vals[0], .t_high = vals[1]};
+  int type = lua_getfield(L, gi, "finish");
+  if (type != LUA_TNIL && type != LUA_TBOOLEAN)
+    luaL_argerror(L, 2, lua_pushfstring(L, "gate.finish: true or false expected, got %s",
+                                        luaL_typename(L, -1)));
+  *finish = lua_toboolean(L, -1);
+  lua_pop(L, 1);
+}
+
+/* The summary of episode e (>= n), forked by a hook, into all[e + 1]: its clone's instance and
+ * records, or, for one without a clone (its parent had ended, or the clone failed), those it was
+ * copied from, the records up to its turns. */
+static void fork_summary(lua_State *L, const lua_hooks *h, int all, int e) {
+  mrl_rollout *r = h->ro->r;
+  const lua_env *env = env_of(h, e);
+  int parent, index, turn;
+  mrl_rollout_origin(r, e, &parent, &index, &turn);
+  lua_createtable(L, 0, 12);
+  if (h->clones[e])
+    lua_rawgeti(L, LUA_REGISTRYINDEX, env->record);
+  else
+    push_list_copy(L, env->record, mrl_rollout_turn_count(r, e));
+  lua_setfield(L, -2, "record");
+  lua_rawgeti(L, LUA_REGISTRYINDEX, env->instance);
+  lua_setfield(L, -2, "instance");
+  lua_rawgeti(L, LUA_REGISTRYINDEX, env->task);
+  lua_setfield(L, -2, "task");
+  set_integer(L, "seed", (lua_Integer)mrl_rollout_seed(r, e));
+  lua_createtable(L, 0, 3);
+  set_integer(L, "root", parent + 1);
+  set_integer(L, "index", index);
+  set_integer(L, "turn", turn);
+  lua_setfield(L, -2, "branch");
+  lua_rawseti(L, all, e + 1);
+}
+
+/* results.gate: {turn =, groups =, cut =, episodes_cut =, finish =, decisions = {...}} and,
+ * with finish (the cut groups ran to the end), each cut decision's returns = {...} and
+ * zero_variance, and cut_zero_variance = how many of the cut groups had one return. */
+static void push_gate(lua_State *L, const lua_hooks *h, int all, int turn, int finish) {
+  lua_createtable(L, 0, 8);
+  set_integer(L, "turn", turn);
+  lua_Integer groups = luaL_len(L, h->decisions), cut = 0, episodes = 0, flat = 0;
+  for (lua_Integer i = 1; i <= groups; i++) {
+    lua_rawgeti(L, h->decisions, i);
+    lua_getfield(L, -1, "cut");
+    bool was_cut = lua_toboolean(L, -1);
+    lua_pop(L, 1);
+    if (was_cut) {
+      cut++;
+      lua_getfield(L, -1, "episodes");
+      lua_Integer m = luaL_len(L, -1);
+      episodes += m;
+      if (finish) {
+        lua_createtable(L, (int)m, 0);
+        bool same = true;
+        double first = 0.0;
+        for (lua_Integer j = 1; j <= m; j++) {
+          lua_rawgeti(L, -2, j);
+          lua_rawgeti(L, all, lua_tointeger(L, -1));
+          lua_getfield(L, -1, "return_");
+          double ret = lua_tonumber(L, -1);
+          if (j == 1) first = ret;
+          same = same && ret == first;
+          lua_rawseti(L, -4, j);
+          lua_pop(L, 2);
+        }
+        lua_setfield(L, -3, "returns");
+        lua_pushboolean(L, same);
+        lua_setfield(L, -3, "zero_variance");
+        flat += same;
+      }
+      lua_pop(L, 1);
+    }
+    lua_pop(L, 1);
+  }
+  set_integer(L, "groups", groups);
+  set_integer(L, "cut", cut);
+  set_integer(L, "episodes_cut", episodes);
+  lua_pushboolean(L, finish);
+  lua_setfield(L, -2, "finish");
+  if (finish) set_integer(L, "cut_zero_variance", flat);
+  lua_pushvalue(L, h->decisions);
+  lua_setfield(L, -2, "decisions");
+}
+
 /* ro:run{tokenizer =, env = <module>, tasks = {...}, seeds = {...}, max_turns = 8,
  *         max_turn_tokens = 64, temperature = 1, top_k = 0, top_p = 1, min_p = 0, system =,
- *         chat = "auto", observation_role = "user", branch =} -> list of episode summaries:
- *   {end = "done"|"max_turns"|"budget"|"env_error", error = msg, turns = n, rewards = {...},
- *    record = {{action=, parsed=, observation=, reward=, done=, info=}, ...}, instance = env,
- *    task = task, seed = seed, length = tokens}
+ *         chat = "auto", observation_role = "user", branch =, groups =, batch_invariant =,
+ *         on_turn =, on_branches =, on_action =, max_resamples = 1, gate =} -> list of
+ * episode summaries:
+ *   {end = "done"|"max_turns"|"budget"|"env_error"|"cut", error = msg, turns = n,
+ *    rewards = {...}, record = {{action=, parsed=, observation=, reward=, done=, info=}, ...},
+ *    instance = env, task = task, seed = seed, length = tokens}
  * One environment instance per task (module.new()), episode i with tasks[i] and seeds[i].
  * branch = {turn = t, k = K} makes a tree (mrl_rollout_run_tree): the n episodes (the roots)
  * run t turns, then each is forked into K - 1 more episodes (KV cache and record copied,
@@ -370,15 +806,28 @@ static void branch_summary(lua_State *L, lrollout *ro, run_envs *run, mrl_env *c
  * end. Summaries n + 1 .. n * K are the forks, root i's at n + (i - 1) * (K - 1) + 1 ..; each
  * summary has branch = {root = i, index = 1 for the root itself, 2..K for its forks}. A root
  * that ended within t turns is copied as it is. A fork's stream is seeded from its root's seed
- * and its index (mrl_rollout_branch_seed). */
+ * and its index (mrl_rollout_branch_seed).
+ * groups = {...} (integers, one per task) names each episode's group: results.groups holds the
+ * group of each summary (forks take their root's). batch_invariant = true decodes each episode
+ * to the same floats whatever runs beside it (mrl_rollout_config.batch_invariant).
+ * Hooks (mrl_rollout_run_hooks; README "Rollout hooks"), each given a view of an episode
+ * (push_view): on_turn(view) after each turn may return k or {k =, drop =} to fork it into k;
+ * on_branches{episode =, turn =, branches = {views with tokens}} when a fork's episodes have all
+ * ended; on_action(view, action, attempt) before the environment sees an action may return true
+ * to sample the turn again (up to max_resamples times); gate = {turn = K, d_low = 0.12,
+ * t_high =, finish = false} (the selective gate, in C) or {turn = K, fn = function(group)
+ * return cut end} drops groups at turn K. With hooks the list holds the episodes that were not
+ * dropped, in episode order; results.slots their episode numbers (ro:tensors takes the list)
+ * and results.gate the gate's counts (push_gate). */
 static int m_run(lua_State *L) {
   static const char *const fields[] = {
-      "tokenizer", "env",    "tasks", "seeds",  "max_turns",        "max_turn_tokens", "temperature",
-      "top_k",     "top_p",  "min_p", "system", "observation_role", "chat",            "branch",
-      NULL};
+      "tokenizer", "env",      "tasks",  "seeds",  "max_turns",        "max_turn_tokens",
+      "temperature", "top_k",  "top_p",  "min_p",  "system",           "observation_role",
+      "chat",      "branch",   "groups", "batch_invariant", "on_turn", "on_branches",
+      "on_action", "max_resamples", "gate", NULL};
   lrollout *ro = check_rollout(L, 1);
   luaL_checktype(L, 2, LUA_TTABLE);
-  luaL_checkstack(L, 2 * LUA_MINSTACK, "rl.rollout: run"); /* ~20 values stay on the stack */
+  luaL_checkstack(L, 2 * LUA_MINSTACK, "rl.rollout: run"); /* ~30 values stay on the stack */
   mrl__lua_check_fields(L, 2, fields);
   lua_getfield(L, 2, "tokenizer");
   mrl_tokenizer *tok = mrl__lua_test_tokenizer(L, -1);
@@ -408,6 +857,12 @@ static int m_run(lua_State *L) {
   cfg.max_turns = (int)mrl__lua_opt_integer(L, 2, "max_turns", 8);
   cfg.max_turn_tokens = (int)mrl__lua_opt_integer(L, 2, "max_turn_tokens", 64);
   cfg.chat = chat_option(L, 2);
+  int type = lua_getfield(L, 2, "batch_invariant");
+  if (type != LUA_TNIL && type != LUA_TBOOLEAN)
+    return luaL_argerror(L, 2, lua_pushfstring(L, "batch_invariant: true or false expected, got "
+                                               "%s", luaL_typename(L, -1)));
+  cfg.batch_invariant = lua_toboolean(L, -1);
+  lua_pop(L, 1);
   lua_getfield(L, 2, "system");
   if (lua_isnil(L, -1)) {
     lua_pop(L, 1);
@@ -434,8 +889,65 @@ static int m_run(lua_State *L) {
                                                  "rollout has %d", n, k, n * k, ro->episodes));
   }
   lua_pop(L, 1);
-  int total = n * k, forks = n * (k - 1);
 
+  /* hooks and groups */
+  lua_hooks *h = lua_newuserdatauv(L, sizeof *h, 0);
+  memset(h, 0, sizeof *h);
+  h->L = L;
+  h->ro = ro;
+  h->n = h->total = n;
+  h->on_turn = opt_function(L, 2, "on_turn");
+  h->on_branches = opt_function(L, 2, "on_branches");
+  h->on_action = opt_function(L, 2, "on_action");
+  lua_Integer max_resamples = mrl__lua_opt_integer(L, 2, "max_resamples", 1);
+  if (max_resamples < 1 || max_resamples > 1 << 20)
+    return luaL_argerror(L, 2, "max_resamples: a number of times >= 1 expected");
+  int gate_turn = 0, finish = 0;
+  if (lua_getfield(L, 2, "gate") != LUA_TNIL) {
+    if (!lua_istable(L, -1))
+      return luaL_argerror(L, 2, "gate: a table {turn =, d_low =, t_high =, finish =, fn =} "
+                                 "expected");
+    gate_option(L, lua_gettop(L), h, &gate_turn, &finish);
+  }
+  int *group_ids = NULL;
+  if (lua_getfield(L, 2, "groups") != LUA_TNIL) {
+    if (!lua_istable(L, -1) || luaL_len(L, -1) != n)
+      return luaL_argerror(L, 2, "groups: a list as long as tasks expected");
+    h->groups = lua_gettop(L);
+    group_ids = lua_newuserdatauv(L, sizeof(int) * (size_t)n, 0);
+    for (int i = 0; i < n; i++) {
+      int ok;
+      lua_geti(L, h->groups, i + 1);
+      lua_Integer g = lua_tointegerx(L, -1, &ok);
+      lua_pop(L, 1);
+      if (!ok || g < INT32_MIN || g > INT32_MAX)
+        return luaL_argerror(L, 2, lua_pushfstring(L, "groups[%d]: an integer expected", i + 1));
+      group_ids[i] = (int)g;
+    }
+  }
+  if (gate_turn && !group_ids)
+    return luaL_argerror(L, 2, "gate: groups (the group of each task) is required");
+  bool hooked = h->on_turn || h->on_branches || h->on_action || gate_turn;
+  if (hooked && k > 1)
+    return luaL_argerror(L, 2, "branch: a tree does not run with hooks (on_turn, on_branches, "
+                               "on_action, gate): fork from on_turn instead");
+  mrl_rollout_hooks hooks;
+  memset(&hooks, 0, sizeof hooks);
+  hooks.user = h;
+  hooks.turn = h->on_turn ? hook_turn : NULL;
+  hooks.branches = h->on_branches ? hook_branches : NULL;
+  hooks.resample = h->on_action ? hook_action : NULL;
+  hooks.max_resamples = (int)max_resamples;
+  if (gate_turn) {
+    hooks.group = hook_group;
+    hooks.groups = group_ids;
+    hooks.group_turn = gate_turn;
+    hooks.finish_cut = finish;
+    lua_newtable(L);
+    h->decisions = lua_gettop(L);
+  }
+
+  int total = n * k, forks = hooked ? (h->on_turn ? ro->episodes - n : 0) : n * (k - 1);
   if (lua_getfield(L, LUA_REGISTRYINDEX, STEP_KEY) != LUA_TFUNCTION)
     return luaL_error(L, "rl.rollout: no step function; load moonrl.env (it registers its step) "
                          "or call rl.rollout.set_step(fn)");
@@ -445,9 +957,13 @@ static int m_run(lua_State *L) {
   run_envs *run = push_run_envs(L, n, forks);
   mrl_env **pv = lua_newuserdatauv(L, sizeof(mrl_env *) * (size_t)n, 0);
   uint64_t *seeds = lua_newuserdatauv(L, sizeof(uint64_t) * (size_t)n, 0);
-  mrl_env **clones = lua_newuserdatauv(L, sizeof(mrl_env *) * (size_t)(forks > 0 ? forks : 1), 0);
-  lua_createtable(L, total, 0); /* the results */
-  int results = lua_gettop(L);
+  int nclones = hooked ? ro->episodes : forks > 0 ? forks : 1;
+  mrl_env **clones = lua_newuserdatauv(L, sizeof(mrl_env *) * (size_t)nclones, 0);
+  for (int i = 0; i < nclones; i++) clones[i] = NULL;
+  h->run = run;
+  h->clones = clones;
+  lua_createtable(L, total, 0); /* the summaries, by episode number */
+  int all = lua_gettop(L);
   for (int i = 0; i < n; i++) {
     lua_env *env = &run->env[i];
     pv[i] = &env->vt;
@@ -461,12 +977,11 @@ static int m_run(lua_State *L) {
     if (lua_pcall(L, 0, 1, 0) != LUA_OK || !lua_istable(L, -1))
       return luaL_error(L, "env.new() failed: %s", lua_isstring(L, -1) ? lua_tostring(L, -1)
                                                                        : "it did not return a table");
-    if (k > 1) {
-      if (lua_getfield(L, -1, "clone") != LUA_TFUNCTION)
-        return luaL_error(L, "branch: the environment instance has no clone() method");
-      lua_pop(L, 1);
-      env->vt.clone = env_clone;
-    }
+    bool can_clone = lua_getfield(L, -1, "clone") == LUA_TFUNCTION;
+    lua_pop(L, 1);
+    if (k > 1 && !can_clone)
+      return luaL_error(L, "branch: the environment instance has no clone() method");
+    if (can_clone && (k > 1 || h->on_turn)) env->vt.clone = env_clone;
     lua_pushvalue(L, -1);
     env->instance = luaL_ref(L, LUA_REGISTRYINDEX);
     lua_pushvalue(L, module);
@@ -490,24 +1005,26 @@ static int m_run(lua_State *L) {
     lua_pushinteger(L, seed);
     lua_setfield(L, -2, "seed");
     if (k > 1) set_branch(L, i + 1, 1);
-    lua_rawseti(L, results, i + 1);
+    lua_rawseti(L, all, i + 1);
   }
   luaL_checkstack(L, 8, "rl.rollout: run"); /* room for the callbacks' protected calls */
-  mrl_status st = k > 1 ? mrl_rollout_run_tree(ro->r, tok, n, pv, seeds, &cfg, branch_turn, k,
-                                               clones)
-                        : mrl_rollout_run(ro->r, tok, n, pv, seeds, &cfg);
+  mrl_status st = hooked ? mrl_rollout_run_hooks(ro->r, tok, n, pv, seeds, &cfg, &hooks, clones,
+                                                 &total)
+                  : k > 1 ? mrl_rollout_run_tree(ro->r, tok, n, pv, seeds, &cfg, branch_turn, k,
+                                                 clones)
+                          : mrl_rollout_run(ro->r, tok, n, pv, seeds, &cfg);
+  if (st && h->err[0]) return luaL_error(L, "%s", h->err);
   if (st) return mrl__lua_raise(L, mrl_model_engine(ro->model), st, 0);
-  for (int i = 0; i < n; i++)
+  for (int e = n; hooked && e < total; e++) fork_summary(L, h, all, e);
+  for (int i = 0; !hooked && i < n; i++)
     for (int j = 1; j < k; j++) {
       int b = i * (k - 1) + (j - 1);
-      branch_summary(L, ro, run, clones[b], seeds, results, i, j, n + b);
+      branch_summary(L, ro, run, clones[b], seeds, all, i, j, n + b);
     }
-  static const char *const ends[] = {"running", "done", "max_turns", "budget", "env_error",
-                                     "paused"};
   for (int i = 0; i < total; i++) {
-    lua_rawgeti(L, results, i + 1);
+    lua_rawgeti(L, all, i + 1);
     int end = mrl_rollout_end(ro->r, i), turns = mrl_rollout_turn_count(ro->r, i);
-    lua_pushstring(L, end >= 0 && end <= 5 ? ends[end] : "running");
+    lua_pushstring(L, end_name(end));
     lua_setfield(L, -2, "end");
     lua_pushinteger(L, turns);
     lua_setfield(L, -2, "turns");
@@ -531,21 +1048,84 @@ static int m_run(lua_State *L) {
     }
     lua_pop(L, 1);
   }
+  /* the list: every episode, or with hooks those not dropped; their groups (a fork's root's) */
+  int results = all;
+  if (hooked) {
+    lua_createtable(L, total, 3);
+    results = lua_gettop(L);
+    lua_createtable(L, total, 0);
+    lua_Integer kept = 0;
+    for (int e = 0; e < total; e++) {
+      if (mrl_rollout_dropped(ro->r, e)) continue;
+      lua_rawgeti(L, all, e + 1);
+      lua_rawseti(L, results, ++kept);
+      lua_pushinteger(L, e + 1);
+      lua_rawseti(L, -2, kept);
+    }
+    lua_setfield(L, results, "slots");
+  }
+  if (h->groups) {
+    lua_Integer len = luaL_len(L, results);
+    lua_createtable(L, (int)len, 0);
+    for (lua_Integer i = 1; i <= len; i++) {
+      int e = (int)i - 1;
+      if (hooked) {
+        lua_getfield(L, results, "slots");
+        lua_rawgeti(L, -1, i);
+        e = (int)lua_tointeger(L, -1) - 1;
+        lua_pop(L, 2);
+        while (e >= n) mrl_rollout_origin(ro->r, e, &e, NULL, NULL);
+      } else if (e >= n) {
+        e = (e - n) / (k - 1);
+      }
+      lua_rawgeti(L, h->groups, e + 1);
+      lua_rawseti(L, -2, i);
+    }
+    lua_setfield(L, results, "groups");
+  }
+  if (gate_turn) {
+    push_gate(L, h, all, gate_turn, finish);
+    lua_setfield(L, results, "gate");
+  }
   lua_pushvalue(L, results);
   return 1;
 }
 
-/* ro:tensors(n) -> {tokens =, logprobs =, mask =, turns = (float tensors of the first n episodes,
- * concatenated), offsets = {0, len1, len1 + len2, ...}}: one copy out of the rollout. */
+/* ro:tensors(n | list) -> {tokens =, logprobs =, mask =, turns = (float tensors of the first n
+ * episodes, or of the listed episode numbers in that order, concatenated), offsets = {0, len1,
+ * len1 + len2, ...}}: one copy out of the rollout. */
 static int m_tensors(lua_State *L) {
   lrollout *ro = check_rollout(L, 1);
-  lua_Integer n = luaL_checkinteger(L, 2);
-  if (n < 1 || n > ro->episodes)
-    return luaL_argerror(L, 2, lua_pushfstring(L, "n: expected 1..%d", ro->episodes));
+  int n;
+  bool listed = lua_istable(L, 2);
+  if (listed) {
+    lua_Integer len = luaL_len(L, 2);
+    if (len < 0 || len > ro->episodes)
+      return luaL_argerror(L, 2, lua_pushfstring(L, "a list of at most %d episodes expected",
+                                                 ro->episodes));
+    n = (int)len;
+  } else {
+    lua_Integer count = luaL_checkinteger(L, 2);
+    if (count < 1 || count > ro->episodes)
+      return luaL_argerror(L, 2, lua_pushfstring(L, "n: expected 1..%d", ro->episodes));
+    n = (int)count;
+  }
+  int *eps = lua_newuserdatauv(L, sizeof(int) * (size_t)(n > 0 ? n : 1), 0);
   int64_t total = 0;
-  for (int e = 0; e < n; e++) {
+  for (int i = 0; i < n; i++) {
+    int e = i, ok = 1;
+    if (listed) {
+      lua_geti(L, 2, i + 1);
+      lua_Integer v = lua_tointegerx(L, -1, &ok);
+      lua_pop(L, 1);
+      if (!ok || v < 1 || v > ro->episodes)
+        return luaL_argerror(L, 2, lua_pushfstring(L, "[%d]: an episode number in 1..%d "
+                                                   "expected", i + 1, ro->episodes));
+      e = (int)v - 1;
+    }
     int len = mrl_rollout_length(ro->r, e);
     if (len < 0) return luaL_argerror(L, 2, lua_pushfstring(L, "episode %d never ran", e + 1));
+    eps[i] = e;
     total += len;
   }
   mrl_engine *eng = mrl__lua_engine(L);
@@ -560,23 +1140,23 @@ static int m_tensors(lua_State *L) {
     lua_setfield(L, -2, names[k]);
     dst[k] = mrl_tensor_data(t);
   }
-  lua_createtable(L, (int)n + 1, 0);
+  lua_createtable(L, n + 1, 0);
   lua_pushinteger(L, 0);
   lua_rawseti(L, -2, 1);
   int64_t off = 0;
-  for (int e = 0; e < n; e++) {
-    int len = mrl_rollout_length(ro->r, e);
+  for (int i = 0; i < n; i++) {
+    int e = eps[i], len = mrl_rollout_length(ro->r, e);
     const int32_t *tokens = mrl_rollout_tokens(ro->r, e), *turns = mrl_rollout_turns(ro->r, e);
     const float *lp = mrl_rollout_logprobs(ro->r, e), *mask = mrl_rollout_mask(ro->r, e);
-    for (int i = 0; i < len; i++) {
-      dst[0][off + i] = (float)tokens[i];
-      dst[3][off + i] = (float)turns[i];
+    for (int p = 0; p < len; p++) {
+      dst[0][off + p] = (float)tokens[p];
+      dst[3][off + p] = (float)turns[p];
     }
     memcpy(dst[1] + off, lp, sizeof(float) * (size_t)len);
     memcpy(dst[2] + off, mask, sizeof(float) * (size_t)len);
     off += len;
     lua_pushinteger(L, off);
-    lua_rawseti(L, -2, e + 2);
+    lua_rawseti(L, -2, i + 2);
   }
   lua_setfield(L, -2, "offsets");
   return 1;

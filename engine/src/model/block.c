@@ -167,7 +167,8 @@ void mrl__block_forward(mrl_model *m, int layer, const mrl_block_io *io) {
 
   mrl__rmsnorm(io->xn, io->rstd_attn, io->x, W + P->attn_norm, n, D, c->norm_eps);
   /* q | k | v side by side in each row of qkv, from the adjacent wq | wk | wv */
-  mrl__gemm(false, true, n, qkv_w, D, 1.0f, io->xn, D, W + P->wq, D, 0.0f, io->qkv, qkv_w);
+  bool apart = io->rows_apart;
+  mrl__gemm_rows(apart, true, n, qkv_w, D, 1.0f, io->xn, D, W + P->wq, D, 0.0f, io->qkv, qkv_w);
   double attention_flops = 0.0;
   for (int i = 0; i < io->nseq; i++) {
     const mrl_block_seq *sq = &io->seq[i];
@@ -210,13 +211,14 @@ void mrl__block_forward(mrl_model *m, int layer, const mrl_block_io *io) {
 
   /* x_mid = x + attn Wo^T */
   if (io->x_mid != io->x) memcpy(io->x_mid, io->x, sizeof(float) * (size_t)(n * D));
-  mrl__gemm(false, true, n, D, m->q_dim, 1.0f, io->attn, m->q_dim, W + P->wo, m->q_dim, 1.0f,
-            io->x_mid, D);
+  mrl__gemm_rows(apart, true, n, D, m->q_dim, 1.0f, io->attn, m->q_dim, W + P->wo, m->q_dim,
+                 1.0f, io->x_mid, D);
   mrl__rmsnorm(io->xn, io->rstd_mlp, io->x_mid, W + P->mlp_norm, n, D, c->norm_eps);
-  mrl__gemm(false, true, n, 2 * F, D, 1.0f, io->xn, D, W + P->w_gate, D, 0.0f, io->gate_up,
-            2 * F);
+  mrl__gemm_rows(apart, true, n, 2 * F, D, 1.0f, io->xn, D, W + P->w_gate, D, 0.0f,
+                 io->gate_up, 2 * F);
   mrl__swiglu_rows(m->engine, io->hidden, io->gate_up, n, F);
   /* x_out = x_mid + hidden Wd^T */
   if (io->x_out != io->x_mid) memcpy(io->x_out, io->x_mid, sizeof(float) * (size_t)(n * D));
-  mrl__gemm(false, true, n, D, F, 1.0f, io->hidden, F, W + P->w_down, F, 1.0f, io->x_out, D);
+  mrl__gemm_rows(apart, true, n, D, F, 1.0f, io->hidden, F, W + P->w_down, F, 1.0f, io->x_out,
+                 D);
 }

@@ -29,6 +29,7 @@ struct mrl_kv_cache {
   float *drawn_logp;
   struct mrl_rng *drawn_rng;
   int64_t *bad_logit;    /* index of a non-finite logit, or -1 */
+  bool apart;            /* batch-invariant appends: one matrix product per row */
   /* sampling scratch, vocab-sized per thread */
   int sample_threads;
   float *probs;
@@ -224,6 +225,30 @@ const float *mrl_kv_cache_logits(const mrl_kv_cache *c, int slot) {
   return c->logits + (int64_t)slot * c->model->cfg.vocab;
 }
 
+mrl_status mrl_kv_cache_set_batch_invariant(mrl_kv_cache *c, int on) {
+  if (!c) return MRL_ERR_NULL;
+  c->apart = on != 0;
+  return MRL_OK;
+}
+
+mrl_status mrl_kv_cache_truncate(mrl_kv_cache *c, int slot, int length, const float *logits) {
+  const char *fn = "mrl_kv_cache_truncate";
+  if (!c) return MRL_ERR_NULL;
+  mrl_status st = check_slot(c, fn, slot);
+  if (st) return st;
+  if (!logits) return mrl__fail(c->model->engine, MRL_ERR_NULL, fn, "logits is NULL");
+  if (length < 1 || length > c->length[slot])
+    return mrl__fail(c->model->engine, MRL_ERR_RANGE, fn,
+                     "length %d is outside 1..%d (slot %d's tokens)", length, c->length[slot],
+                     slot);
+  int64_t V = c->model->cfg.vocab;
+  float *dst = c->logits + (int64_t)slot * V;
+  if (dst != logits) memmove(dst, logits, sizeof(float) * (size_t)V);
+  c->length[slot] = length;
+  c->has_logits[slot] = true;
+  return MRL_OK;
+}
+
 /* The transposed keys of a layer and slot: key_ld / MRL_ATTN_COLS blocks of kv_dim x
  * MRL_ATTN_COLS. */
 static float *slot_keys(const mrl_kv_cache *c, int layer, int slot) {
@@ -319,7 +344,8 @@ mrl_status mrl_kv_cache_append(mrl_kv_cache *c, int n, const int *slots, const i
   mrl_block_io io = {.rows = R, .nseq = n, .seq = c->seq, .x = c->x, .x_mid = c->x,
                      .x_out = c->x, .xn = c->xn, .qkv = c->qkv, .attn = c->attn,
                      .gate_up = c->gate_up, .hidden = c->hidden,
-                     .work = m->scratch[SCRATCH_ATTN_WORK].p, .work_per_thread = work};
+                     .work = m->scratch[SCRATCH_ATTN_WORK].p, .work_per_thread = work,
+                     .rows_apart = c->apart};
   for (int l = 0; l < cfg->layers; l++) {
     for (int i = 0; i < n; i++) {
       c->seq[i].k = slot_keys(c, l, slots[i]);
@@ -335,7 +361,7 @@ mrl_status mrl_kv_cache_append(mrl_kv_cache *c, int n, const int *slots, const i
                  D, cfg->norm_eps);
   }
   float *block = m->scratch[SCRATCH_HEAD].p;
-  mrl__gemm(false, true, n, V, D, 1.0f, c->xn, D, W + m->lm_head, D, 0.0f, block, V);
+  mrl__gemm_rows(c->apart, true, n, V, D, 1.0f, c->xn, D, W + m->lm_head, D, 0.0f, block, V);
   for (int i = 0; i < n; i++) {
     memcpy(c->logits + (int64_t)slots[i] * V, block + (int64_t)i * V, sizeof(float) * (size_t)V);
     c->length[slots[i]] += counts[i];

@@ -144,6 +144,7 @@ typedef struct mrl_block_io {
   int probs_width;    /* row length of the kept probabilities */
   float *work;        /* mrl_engine_threads x work_per_thread floats */
   int64_t work_per_thread;
+  bool rows_apart;    /* one matrix product per row (mrl__gemm_rows): batch-invariant floats */
 } mrl_block_io;
 
 /* One decoder block, layer `layer`, over io's rows. Cannot fail: every buffer is the caller's and
@@ -191,6 +192,13 @@ void mrl__softmax_causal(float *dst, const float *src, int last, int width);
 /* Row-major C = alpha op(A) op(B) + beta C through OpenBLAS (or the reference kernel). */
 void mrl__gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const float *a,
                int64_t lda, const float *b, int64_t ldb, float beta, float *c, int64_t ldc);
+/* The same for C = alpha A op(B) + beta C (A not transposed), and with apart = true one product
+ * per row of A: OpenBLAS picks its kernels by the sizes (SkylakeX's small-matrix kernels below
+ * about 10^6 multiply-adds), so a row's floats depend on how many rows share the product; one
+ * row at a time they do not. */
+void mrl__gemm_rows(bool apart, bool tb, int64_t m, int64_t n, int64_t k, float alpha,
+                    const float *a, int64_t lda, const float *b, int64_t ldb, float beta, float *c,
+                    int64_t ldc);
 
 /* A view of one parameter's block of a flat buffer (weights_t, grads_t, ...), shaped as the
  * parameter. *out: caller owns. */

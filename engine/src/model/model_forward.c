@@ -27,6 +27,17 @@ void mrl__gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, c
                      (int)ldc);
 }
 
+void mrl__gemm_rows(bool apart, bool tb, int64_t m, int64_t n, int64_t k, float alpha,
+                    const float *a, int64_t lda, const float *b, int64_t ldb, float beta, float *c,
+                    int64_t ldc) {
+  if (!apart) {
+    mrl__gemm(false, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+    return;
+  }
+  for (int64_t i = 0; i < m; i++)
+    mrl__gemm(false, tb, 1, n, k, alpha, a + i * lda, lda, b, ldb, beta, c + i * ldc, ldc);
+}
+
 /* ---- activations ---- */
 
 void mrl__model_free_activations(mrl_model *m) {

@@ -113,6 +113,12 @@ mrl_status mrl_rollout_start(mrl_rollout *r, int e, const int32_t *prompt, int c
                      "prompt of %d tokens exceeds the capacity of %d", count, r->capacity);
   if ((st = mrl_kv_cache_reset(r->cache, e, seed))) return st;
   if ((st = mrl_kv_cache_append(r->cache, 1, &e, prompt, &count))) return st;
+  mrl__rollout_blank(r, e, seed);
+  record(&r->ep[e], prompt, count, 0.0f, NULL, -1);
+  return MRL_OK;
+}
+
+void mrl__rollout_blank(mrl_rollout *r, int e, uint64_t seed) {
   mrl_episode *p = &r->ep[e];
   p->length = 0;
   p->turns = 0;
@@ -121,8 +127,12 @@ mrl_status mrl_rollout_start(mrl_rollout *r, int e, const int32_t *prompt, int c
   p->started = true;
   p->end = MRL_END_NONE;
   p->error[0] = '\0';
-  record(p, prompt, count, 0.0f, NULL, -1);
-  return MRL_OK;
+  p->seed = seed;
+  p->parent = -1;
+  p->index = 1;
+  p->fork_turn = p->forks = p->resamples = 0;
+  p->group = -1;
+  p->dropped = false;
 }
 
 mrl_status mrl_rollout_observe(mrl_rollout *r, int n, const int *eps, const int32_t *tokens,
@@ -155,6 +165,14 @@ mrl_status mrl_rollout_observe(mrl_rollout *r, int n, const int *eps, const int3
 mrl_status mrl_rollout_generate(mrl_rollout *r, int n, const int *eps,
                                 const mrl_sampling *sampling, const int32_t *stop, int n_stop,
                                 int max_tokens, int *ended, int *reasons, int *n_ended) {
+  return mrl__rollout_generate(r, n, eps, sampling, stop, n_stop, max_tokens, ended, reasons,
+                               n_ended, NULL);
+}
+
+mrl_status mrl__rollout_generate(mrl_rollout *r, int n, const int *eps,
+                                 const mrl_sampling *sampling, const int32_t *stop, int n_stop,
+                                 int max_tokens, int *ended, int *reasons, int *n_ended,
+                                 float *turn_logits) {
   const char *fn = "mrl_rollout_generate";
   if (!r) return MRL_ERR_NULL;
   mrl_engine *e = r->engine;
@@ -173,12 +191,21 @@ mrl_status mrl_rollout_generate(mrl_rollout *r, int n, const int *eps,
       return mrl__fail(e, MRL_ERR_RANGE, fn, "episode %d is full (%d tokens)", eps[i],
                        r->capacity);
   }
+  size_t vocab = 0;
+  if (turn_logits) {
+    mrl_model_config mc;
+    mrl_model_config_get(r->model, &mc);
+    vocab = (size_t)mc.vocab;
+  }
   for (int i = 0; i < n; i++) {
     mrl_episode *p = &r->ep[eps[i]];
     if (!p->mid_turn) {
       p->mid_turn = true;
       p->turn_tokens = 0;
+      p->resamples = 0;
       p->turns++;
+      const float *now = turn_logits ? mrl_kv_cache_logits(r->cache, eps[i]) : NULL;
+      if (now) memcpy(turn_logits + (size_t)eps[i] * vocab, now, sizeof(float) * vocab);
     }
   }
   int live = n;
@@ -230,6 +257,13 @@ mrl_status mrl_rollout_fork(mrl_rollout *r, int src, int dst, uint64_t seed) {
   b->end = a->end;
   memcpy(b->rewards, a->rewards, sizeof(double) * (size_t)a->turns);
   memcpy(b->error, a->error, sizeof b->error);
+  b->seed = seed;
+  b->parent = -1;
+  b->index = 1;
+  b->fork_turn = b->forks = 0;
+  b->resamples = a->resamples;
+  b->group = a->group;
+  b->dropped = a->dropped;
   return MRL_OK;
 }
 
@@ -256,4 +290,35 @@ const float *mrl_rollout_mask(const mrl_rollout *r, int e) {
 const int32_t *mrl_rollout_turns(const mrl_rollout *r, int e) {
   const mrl_episode *p = episode_of(r, e);
   return p ? p->turn : NULL;
+}
+
+int mrl_rollout_action(const mrl_rollout *r, int e, int turn, const int32_t **tokens) {
+  const mrl_episode *p = episode_of(r, e);
+  if (!p || !tokens || turn < 0 || turn >= p->turns) return -1;
+  /* a turn's sampled tokens are contiguous: its closing template tokens and observation follow */
+  int at = 0;
+  while (at < p->length && !(p->mask[at] == 1.0f && p->turn[at] == turn)) at++;
+  int end = at;
+  while (end < p->length && p->mask[end] == 1.0f && p->turn[end] == turn) end++;
+  *tokens = p->tokens + at;
+  return end - at;
+}
+
+int mrl_rollout_origin(const mrl_rollout *r, int e, int *parent, int *index, int *turn) {
+  const mrl_episode *p = episode_of(r, e);
+  if (!p) return -1;
+  if (parent) *parent = p->parent;
+  if (index) *index = p->index;
+  if (turn) *turn = p->fork_turn;
+  return 0;
+}
+
+uint64_t mrl_rollout_seed(const mrl_rollout *r, int e) {
+  const mrl_episode *p = episode_of(r, e);
+  return p ? p->seed : 0;
+}
+
+int mrl_rollout_dropped(const mrl_rollout *r, int e) {
+  const mrl_episode *p = episode_of(r, e);
+  return p ? p->dropped : -1;
 }

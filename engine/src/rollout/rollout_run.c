@@ -1,7 +1,7 @@
 /* rollout_run.c - the episode driver: environments (mrl_env vtables) and the policy taking turns,
  * all episodes decoded together, observations rendered with the chat template, each episode
  * ending on its own (done, max turns, capacity, environment error, a reward that is not
- * finite). */
+ * finite), and the points where a hooked run calls its hooks (rollout_hooks.c). */
 #include "rollout.h"
 
 #include <math.h>
@@ -108,8 +108,7 @@ static mrl_status start_all(driver *d, const char *fn, int n, mrl_env *const *en
     mrl_episode *p = &d->r->ep[e];
     if (st || !obs) {
       /* a record with nothing in it: the episode exists, with its error */
-      p->started = true;
-      p->length = p->turns = 0;
+      mrl__rollout_blank(d->r, e, seeds[e]);
       env_failed(d, envs[e], e, st ? st : MRL_ERR_NULL, "reset");
       continue;
     }
@@ -120,8 +119,7 @@ static mrl_status start_all(driver *d, const char *fn, int n, mrl_env *const *en
     size_t count;
     if ((st = render(d, fn, msgs, k, &count))) return st;
     if ((int64_t)count > d->r->capacity) {
-      p->started = true;
-      p->length = p->turns = 0;
+      mrl__rollout_blank(d->r, e, seeds[e]);
       p->end = MRL_END_BUDGET;
       continue;
     }
@@ -145,14 +143,16 @@ static mrl_status action_text(driver *d, const char *fn, int e, int reason, size
   return MRL_OK;
 }
 
-mrl_status mrl_rollout_run(mrl_rollout *r, mrl_tokenizer *tok, int n, mrl_env *const *envs,
-                           const uint64_t *seeds, const mrl_rollout_config *cfg) {
-  const char *fn = "mrl_rollout_run";
-  if (!r) return MRL_ERR_NULL;
+/* The arguments mrl_rollout_run and mrl_rollout_run_hooks share. */
+static mrl_status check_run(mrl_rollout *r, const char *fn, mrl_tokenizer *tok, int n,
+                            mrl_env *const *envs, const uint64_t *seeds,
+                            const mrl_rollout_config *cfg) {
   mrl_engine *eng = r->engine;
   if (!tok || !envs || !seeds || !cfg)
     return mrl__fail(eng, MRL_ERR_NULL, fn, "%s is NULL",
                      !tok ? "tok" : !envs ? "envs" : !seeds ? "seeds" : "cfg");
+  if (r->hooked)
+    return mrl__fail(eng, MRL_ERR_INVALID, fn, "the rollout is running (a hook cannot run it)");
   if (n <= 0 || n > r->episodes)
     return mrl__fail(eng, MRL_ERR_INVALID, fn, "n is %d, the rollout holds 1..%d episodes", n,
                      r->episodes);
@@ -164,16 +164,97 @@ mrl_status mrl_rollout_run(mrl_rollout *r, mrl_tokenizer *tok, int n, mrl_env *c
   for (int e = 0; e < n; e++)
     if (!envs[e] || !envs[e]->reset || !envs[e]->step)
       return mrl__fail(eng, MRL_ERR_NULL, fn, "envs[%d] lacks reset or step", e);
+  return MRL_OK;
+}
+
+/* Steps episode e's environment with the action in d->text: its reward and end, or its next
+ * observation gathered into the round's batch (obs_*). */
+typedef struct {
+  int32_t *ids;
+  size_t cap, total;
+  int *eps;
+  size_t eps_cap;
+  int n;
+} observations;
+
+static mrl_status take_turn(driver *d, const char *fn, mrl_env *env, int e, int reason,
+                            size_t alen, observations *o, int *counts) {
+  mrl_rollout *r = d->r;
+  const mrl_rollout_config *cfg = d->cfg;
+  mrl_episode *p = &r->ep[e];
+  const char *obs = NULL;
+  size_t olen = 0;
+  double reward = 0.0;
+  int is_done = 0;
+  mrl_status es = env->step(env->self, d->text, alen, &obs, &olen, &reward, &is_done);
+  p->rewards[p->turns - 1] = 0.0; /* a failed turn earns nothing */
+  if (es) {
+    env_failed(d, env, e, es, "step");
+    return MRL_OK;
+  }
+  if (!isfinite(reward)) {
+    snprintf(p->error, sizeof p->error, "step: the reward is %g, not a finite number", reward);
+    p->end = MRL_END_ENV_ERROR;
+    return MRL_OK;
+  }
+  p->rewards[p->turns - 1] = reward;
+  if (is_done) {
+    p->end = MRL_END_DONE;
+  } else if (p->turns >= cfg->max_turns) {
+    p->end = MRL_END_MAX_TURNS;
+  } else if (reason == MRL_TURN_FULL || !obs) {
+    p->end = obs ? MRL_END_BUDGET : MRL_END_ENV_ERROR;
+    if (!obs) snprintf(p->error, sizeof p->error, "step: no observation for a continuing episode");
+  } else {
+    const char *role = cfg->observation_role ? cfg->observation_role : "user";
+    mrl_chat_message msg = {role, obs, olen};
+    size_t count;
+    mrl_status st = render(d, fn, &msg, 1, &count);
+    if (st) return st;
+    const int32_t *ids = d->ids;
+    if (d->bos >= 0 && count > 0 && ids[0] == d->bos) {
+      ids++;
+      count--;
+    }
+    /* the template between the action and the next message: a turn cut by the token limit
+     * is closed with the end-of-turn token, then what follows one (ChatML's "\n") */
+    int32_t pre[5];
+    size_t npre = 0;
+    if (reason != MRL_TURN_STOP) pre[npre++] = d->stop;
+    for (int k = 0; k < d->nsep; k++) pre[npre++] = d->sep[k];
+    if ((int64_t)p->length + (int64_t)(npre + count) > r->capacity) {
+      p->end = MRL_END_BUDGET;
+      return MRL_OK;
+    }
+    if (!grow(d, (void **)&o->ids, &o->cap, o->total + npre + count, sizeof(int32_t)) ||
+        !grow(d, (void **)&o->eps, &o->eps_cap, (size_t)o->n + 1, sizeof(int)))
+      return mrl__fail(r->engine, MRL_ERR_NOMEM, fn, "out of memory");
+    memcpy(o->ids + o->total, pre, sizeof(int32_t) * npre);
+    memcpy(o->ids + o->total + npre, ids, sizeof(int32_t) * count);
+    o->total += npre + count;
+    counts[o->n] = (int)(npre + count);
+    o->eps[o->n++] = e;
+  }
+  return MRL_OK;
+}
+
+/* The episodes of a run to the end, or to cfg->pause_turn: the loop of mrl_rollout_run (hk
+ * NULL) and mrl_rollout_run_hooks. */
+static mrl_status run_loop(mrl_rollout *r, const char *fn, mrl_tokenizer *tok, int n,
+                           mrl_env *const *envs, const uint64_t *seeds,
+                           const mrl_rollout_config *cfg, mrl_hooked *hk) {
+  mrl_engine *eng = r->engine;
   driver d = {.r = r, .tok = tok, .cfg = cfg};
   mrl_status st = resolve_template(&d, fn);
   if (st) return st;
-  int *live = mrl__alloc(eng, sizeof(int) * (size_t)n * 4);
+  /* room for every episode the rollout holds: hooks add branches */
+  int cap = r->episodes;
+  int *live = mrl__alloc(eng, sizeof(int) * (size_t)cap * 5);
   if (!live) return mrl__fail(eng, MRL_ERR_NOMEM, fn, "out of memory");
-  int *ended = live + n, *reasons = live + 2 * n, *counts = live + 3 * n;
-  int32_t *obs_ids = NULL;
-  size_t obs_cap = 0;
-  int *obs_eps = NULL;
-  size_t obs_eps_cap = 0;
+  int *ended = live + cap, *reasons = live + 2 * cap, *counts = live + 3 * cap;
+  int *stepped = live + 4 * cap;
+  observations o = {0};
+  mrl_kv_cache_set_batch_invariant(r->cache, cfg->batch_invariant);
   if (cfg->resume) {
     for (int e = 0; e < n; e++) {
       mrl_episode *p = &r->ep[e];
@@ -188,91 +269,84 @@ mrl_status mrl_rollout_run(mrl_rollout *r, mrl_tokenizer *tok, int n, mrl_env *c
   } else if ((st = start_all(&d, fn, n, envs, seeds))) {
     goto done;
   }
+  if (hk) {
+    mrl__hooked_start(hk);
+    if ((st = mrl__hooked_settle(hk))) goto done; /* groups that ended at reset */
+  }
   int nlive = 0;
   for (int e = 0; e < n; e++)
-    if (r->ep[e].end == MRL_END_NONE) live[nlive++] = e;
-  const char *role = cfg->observation_role ? cfg->observation_role : "user";
+    if (r->ep[e].end == MRL_END_NONE && !(hk && mrl__hooked_held(hk, e))) live[nlive++] = e;
   while (nlive > 0) {
-    int n_ended;
-    st = mrl_rollout_generate(r, nlive, live, &cfg->sampling, &d.stop, 1, cfg->max_turn_tokens,
-                              ended, reasons, &n_ended);
+    int n_ended, n_stepped = 0;
+    st = mrl__rollout_generate(r, nlive, live, &cfg->sampling, &d.stop, 1, cfg->max_turn_tokens,
+                               ended, reasons, &n_ended, hk ? mrl__hooked_turn_logits(hk) : NULL);
     if (st) goto done;
     /* environments answer the episodes whose turns ended; their observations go in together */
-    size_t obs_total = 0;
-    int n_obs = 0;
+    o.total = 0;
+    o.n = 0;
     for (int i = 0; i < n_ended; i++) {
       int e = ended[i];
-      mrl_episode *p = &r->ep[e];
       size_t alen;
       if ((st = action_text(&d, fn, e, reasons[i], &alen))) goto done;
-      const char *obs = NULL;
-      size_t olen = 0;
-      double reward = 0.0;
-      int is_done = 0;
-      mrl_status es = envs[e]->step(envs[e]->self, d.text, alen, &obs, &olen, &reward, &is_done);
-      p->rewards[p->turns - 1] = 0.0; /* a failed turn earns nothing */
-      if (es) {
-        env_failed(&d, envs[e], e, es, "step");
-        continue;
-      }
-      if (!isfinite(reward)) {
-        snprintf(p->error, sizeof p->error, "step: the reward is %g, not a finite number", reward);
-        p->end = MRL_END_ENV_ERROR;
-        continue;
-      }
-      p->rewards[p->turns - 1] = reward;
-      if (is_done) {
-        p->end = MRL_END_DONE;
-      } else if (p->turns >= cfg->max_turns) {
-        p->end = MRL_END_MAX_TURNS;
-      } else if (reasons[i] == MRL_TURN_FULL || !obs) {
-        p->end = obs ? MRL_END_BUDGET : MRL_END_ENV_ERROR;
-        if (!obs) snprintf(p->error, sizeof p->error, "step: no observation for a continuing episode");
-      } else {
-        mrl_chat_message msg = {role, obs, olen};
-        size_t count;
-        if ((st = render(&d, fn, &msg, 1, &count))) goto done;
-        const int32_t *ids = d.ids;
-        if (d.bos >= 0 && count > 0 && ids[0] == d.bos) {
-          ids++;
-          count--;
-        }
-        /* the template between the action and the next message: a turn cut by the token limit
-         * is closed with the end-of-turn token, then what follows one (ChatML's "\n") */
-        int32_t pre[5];
-        size_t npre = 0;
-        if (reasons[i] != MRL_TURN_STOP) pre[npre++] = d.stop;
-        for (int k = 0; k < d.nsep; k++) pre[npre++] = d.sep[k];
-        if ((int64_t)p->length + (int64_t)(npre + count) > r->capacity) {
-          p->end = MRL_END_BUDGET;
-          continue;
-        }
-        if (!grow(&d, (void **)&obs_ids, &obs_cap, obs_total + npre + count, sizeof(int32_t)) ||
-            !grow(&d, (void **)&obs_eps, &obs_eps_cap, (size_t)n_obs + 1, sizeof(int))) {
-          st = mrl__fail(eng, MRL_ERR_NOMEM, fn, "out of memory");
-          goto done;
-        }
-        memcpy(obs_ids + obs_total, pre, sizeof(int32_t) * npre);
-        memcpy(obs_ids + obs_total + npre, ids, sizeof(int32_t) * count);
-        obs_total += npre + count;
-        counts[n_obs] = (int)(npre + count);
-        obs_eps[n_obs++] = e;
-      }
+      bool again = false;
+      if (hk && (st = mrl__hooked_resample(hk, e, d.text, alen, &again))) goto done;
+      if (again) continue;
+      stepped[n_stepped++] = e;
+      mrl_env *env = hk ? mrl__hooked_env(hk, e) : envs[e];
+      if ((st = take_turn(&d, fn, env, e, reasons[i], alen, &o, counts))) goto done;
     }
-    if (n_obs > 0 && (st = mrl_rollout_observe(r, n_obs, obs_eps, obs_ids, counts))) goto done;
+    if (o.n > 0 && (st = mrl_rollout_observe(r, o.n, o.eps, o.ids, counts))) goto done;
     if (cfg->pause_turn > 0)
-      for (int i = 0; i < n_obs; i++)
-        if (r->ep[obs_eps[i]].turns == cfg->pause_turn) r->ep[obs_eps[i]].end = MRL_END_PAUSED;
+      for (int i = 0; i < o.n; i++)
+        if (r->ep[o.eps[i]].turns == cfg->pause_turn) r->ep[o.eps[i]].end = MRL_END_PAUSED;
+    if (hk && ((st = mrl__hooked_turns(hk, stepped, n_stepped)) || (st = mrl__hooked_settle(hk))))
+      goto done;
+    int total = hk ? mrl__hooked_total(hk) : n;
     nlive = 0;
-    for (int e = 0; e < n; e++)
-      if (r->ep[e].started && r->ep[e].end == MRL_END_NONE) live[nlive++] = e;
+    for (int e = 0; e < total; e++)
+      if (r->ep[e].started && r->ep[e].end == MRL_END_NONE && !(hk && mrl__hooked_held(hk, e)))
+        live[nlive++] = e;
   }
 done:
-  mrl__free(eng, live, sizeof(int) * (size_t)n * 4);
-  mrl__free(eng, obs_ids, obs_cap * sizeof(int32_t));
-  mrl__free(eng, obs_eps, obs_eps_cap * sizeof(int));
+  mrl_kv_cache_set_batch_invariant(r->cache, 0);
+  mrl__free(eng, live, sizeof(int) * (size_t)cap * 5);
+  mrl__free(eng, o.ids, o.cap * sizeof(int32_t));
+  mrl__free(eng, o.eps, o.eps_cap * sizeof(int));
   mrl__free(eng, d.ids, d.ids_cap * sizeof(int32_t));
   mrl__free(eng, d.text, d.text_cap);
+  return st;
+}
+
+mrl_status mrl_rollout_run(mrl_rollout *r, mrl_tokenizer *tok, int n, mrl_env *const *envs,
+                           const uint64_t *seeds, const mrl_rollout_config *cfg) {
+  const char *fn = "mrl_rollout_run";
+  if (!r) return MRL_ERR_NULL;
+  mrl_status st = check_run(r, fn, tok, n, envs, seeds, cfg);
+  if (st) return st;
+  return run_loop(r, fn, tok, n, envs, seeds, cfg, NULL);
+}
+
+mrl_status mrl_rollout_run_hooks(mrl_rollout *r, mrl_tokenizer *tok, int n, mrl_env *const *envs,
+                                 const uint64_t *seeds, const mrl_rollout_config *cfg,
+                                 const mrl_rollout_hooks *hooks, mrl_env **clones, int *total) {
+  const char *fn = "mrl_rollout_run_hooks";
+  if (!r) return MRL_ERR_NULL;
+  if (!hooks || !clones || !total)
+    return mrl__fail(r->engine, MRL_ERR_NULL, fn, "%s is NULL",
+                     !hooks ? "hooks" : !clones ? "clones" : "total");
+  for (int e = 0; e < r->episodes; e++) clones[e] = NULL;
+  mrl_status st = check_run(r, fn, tok, n, envs, seeds, cfg);
+  if (st) return st;
+  if (cfg->pause_turn || cfg->resume)
+    return mrl__fail(r->engine, MRL_ERR_INVALID, fn,
+                     "cfg->pause_turn and cfg->resume must be 0 in a run with hooks");
+  mrl_hooked *hk = NULL;
+  if ((st = mrl__hooked_begin(r, fn, n, envs, hooks, clones, &hk))) return st;
+  r->hooked = hk;
+  st = run_loop(r, fn, tok, n, envs, seeds, cfg, hk);
+  if (!st) *total = mrl__hooked_total(hk);
+  r->hooked = NULL;
+  mrl__hooked_end(hk);
   return st;
 }
 

@@ -13,8 +13,8 @@ uint64_t mrl_rollout_branch_seed(uint64_t seed, int j) {
   return z ^ (z >> 31);
 }
 
-/* Ends branch episode e because its environment could not be cloned. */
-static void clone_failed(mrl_rollout *r, int e, const mrl_env *src, mrl_status st, bool made) {
+void mrl__rollout_clone_failed(mrl_rollout *r, int e, const mrl_env *src, mrl_status st,
+                               bool made) {
   mrl_episode *p = &r->ep[e];
   const char *msg = !st && made ? "it made an environment without reset or step"
                     : !st       ? "it made no environment"
@@ -69,7 +69,7 @@ mrl_status mrl_rollout_run_tree(mrl_rollout *r, mrl_tokenizer *tok, int n, mrl_e
       mrl_status cs = envs[i]->clone(envs[i]->self, &copy);
       if (!cs) clones[i * branches + (j - 1)] = copy; /* the caller's, whatever its shape */
       if (cs || !copy || !copy->reset || !copy->step)
-        clone_failed(r, dst, envs[i], cs, copy != NULL);
+        mrl__rollout_clone_failed(r, dst, envs[i], cs, copy != NULL);
       else
         all[dst] = copy;
     }

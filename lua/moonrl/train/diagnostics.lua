@@ -95,18 +95,30 @@ function M.add_gate(acc, gate)
   if type(gate) ~= "table" then return acc end
   acc = acc or {}
   local names = {}
-  for k, v in pairs(gate) do
-    if type(k) == "string" and type(v) == "number" then names[#names + 1] = k end
+  for k in pairs(gate) do
+    if type(k) == "string" then names[#names + 1] = k end
   end
   table.sort(names)
-  for _, k in ipairs(names) do acc[k] = (acc[k] or 0) + gate[k] end
+  for _, k in ipairs(names) do
+    local v = gate[k]
+    if k == "decisions" and type(v) == "table" then -- the gate's per-group decisions, in order
+      acc.decisions = acc.decisions or {}
+      for _, d in ipairs(v) do acc.decisions[#acc.decisions + 1] = d end
+    elseif type(v) == "number" and k ~= "turn" then
+      acc[k] = (acc[k] or 0) + v
+    elseif acc[k] == nil then -- the gate's settings (its turn, finish): the first rollout's
+      acc[k] = v
+    end
+  end
   return acc
 end
 
 function M.gate_metrics(gate)
   local out = {}
   if type(gate) ~= "table" then return out end
-  for k, v in pairs(gate) do out["gate/" .. k] = v end
+  for k, v in pairs(gate) do
+    if type(v) == "number" then out["gate/" .. k] = v end
+  end
   local groups, cut, true_cut = gate.groups, gate.cut, gate.cut_zero_variance
   if groups and cut and groups > 0 then out["gate/cut_rate"] = cut / groups end
   if cut and true_cut and cut > 0 then out["gate/precision"] = true_cut / cut end

@@ -59,6 +59,13 @@
 --                                             -- branches into K episodes after turn t (needs
 --                                             -- the env's clone()); GiGPO then compares the K
 --                                             -- continuations of one state exactly
+--     rollout_hooks = nil,                    -- {on_turn =, on_branches =, on_action =,
+--                                             -- max_resamples =, gate =, fork_room =}: ro:run's
+--                                             -- hooks on training rollouts (README "Rollout
+--                                             -- hooks"); cut groups leave the batch, the gate's
+--                                             -- counts are batch.gate (moonrl.train.rollout)
+--     batch_invariant = false,                -- true: episodes decode to the same floats
+--                                             -- whatever runs beside them (~1.5x slower)
 --     overlong = nil,                         -- {max_len =, buffer =, factor = 1}: DAPO shaping
 --     replay = nil,                           -- an rl.replay buffer, or {buffer =, ratio = 0.5,
 --                                             -- advantages = "recompute" | "stored",

@@ -259,6 +259,30 @@ local function synth_check(v)
   return "an rl.synth.loop{...}"
 end
 
+-- rollout_hooks: the rollout stage's hooks, passed to ro:run (README "Rollout hooks"); fork_room
+-- is how many episodes beyond the step's the forks of on_turn may add (default: as many again).
+local HOOK_FIELDS = {
+  { "on_turn", nil, func }, { "on_branches", nil, func }, { "on_action", nil, func },
+  { "max_resamples", 1, integer(1) }, { "fork_room", nil, integer(1) },
+  { "gate", nil, argcheck.sub("gate", {
+    { "turn", nil, integer(1), required = true }, { "d_low", nil, number() },
+    { "t_high", nil, number() }, { "finish", false, boolean }, { "fn", nil, func },
+  }) },
+}
+
+local function hooks_check(v)
+  if type(v) ~= "table" then
+    return "a table {on_turn =, on_branches =, on_action =, max_resamples =, gate =, fork_room =}"
+  end
+  local ok, err = pcall(argcheck.fields, "rollout_hooks", v, HOOK_FIELDS)
+  if not ok then return { (tostring(err):gsub("^[^:]*:%d+: ", "")) } end
+  local g = v.gate
+  if g and g.fn and (g.d_low or g.t_high) then
+    return { "rollout_hooks: gate: d_low and t_high are the built-in gate's; give them or fn" }
+  end
+  return nil
+end
+
 local function either(...)
   local checks = { ... }
   return function(v)
@@ -311,6 +335,8 @@ opt("capacity", nil, integer(1))
 opt("dynamic_sampling", false, boolean)
 opt("max_sampling_tries", 4, integer(1))
 opt("tree", nil, table_of("tree", "a table {turn =, k =}"))
+opt("rollout_hooks", nil, hooks_check)
+opt("batch_invariant", false, boolean)
 opt("remote", nil, table_of("remote", "a table {client = | clients =, push_weights =}"))
 -- rewards
 opt("reward", nil, reward_check)
@@ -437,6 +463,17 @@ function M.record(c)
     elseif k == "remote" then
       out[k] = { client = v.client and "<object>" or nil, push_weights = v.push_weights,
                  clients = v.clients and #v.clients or nil }
+    elseif k == "rollout_hooks" then
+      local t = {}
+      for field, x in pairs(v) do
+        if type(x) == "table" then -- the gate
+          local g = {}
+          for gk, gx in pairs(x) do g[gk] = type(gx) == "function" and "<function>" or gx end
+          x = g
+        end
+        t[field] = type(x) == "function" and "<function>" or x
+      end
+      out[k] = t
     elseif type(v) == "table" and (k == "tasks" or k == "checkpoint") then
       out[k] = "<object>"
     elseif k == "replay" then
@@ -493,6 +530,12 @@ local function relations(c)
     return "remote: give one of client and clients"
   end
   if c.remote and c.tree then return "remote: tree rollouts are local only (leave tree unset)" end
+  if c.remote and c.rollout_hooks then
+    return "remote: rollout hooks run in the local rollout only (leave rollout_hooks unset)"
+  end
+  if c.tree and c.rollout_hooks then
+    return "rollout_hooks: a tree does not run with hooks: fork from on_turn instead (leave tree unset)"
+  end
   if c.remote and c.rollout then
     return "remote: the rollout option replaces the stage that uses it (give one of them)"
   end

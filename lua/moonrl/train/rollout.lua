@@ -3,12 +3,21 @@
 --
 -- The `rollout` option replaces the stage: a function(ctx, req) -> an rl.batch, where req is
 --   {tasks = list, repeats = episodes per task, seed = integer, temperature = number,
---    group_base = integer, tree = nil or {turn =, k =}}
+--    group_base = integer, tree = nil or {turn =, k =}, hooks = nil or rollout_hooks}
 -- and batch.episodes[i].group is group_base + the index of the episode's task. Training and the
--- default evaluation both roll out through it. A stage that stops and drops groups mid-rollout
--- (the selective rollout gate) reports its counts as batch.gate = {groups =, cut =,
--- cut_zero_variance =, ...}: a training step logs them as gate/<name>, with gate/cut_rate and
+-- default evaluation both roll out through it; only training's requests carry the hooks.
+-- A stage that stops and drops groups mid-rollout (the selective rollout gate) reports its counts
+-- as batch.gate: a training step logs its numbers as gate/<name>, with gate/cut_rate and
 -- gate/precision (moonrl.train.diagnostics).
+--
+-- With rollout_hooks (ro:run's on_turn, on_branches, on_action, max_resamples and gate; README
+-- "Rollout hooks") the batch holds the episodes the hooks kept: a cut group's leave no trace.
+-- batch.gate then holds the gate's counts, which rollout.sample also returns as info.gate,
+-- summed over its tries:
+--   {turn = K, groups = groups the gate saw, cut = groups cut, episodes_cut = their episodes,
+--    finish = gate.finish, cut_zero_variance = (with finish) cut groups whose episodes all had
+--    one environment return, decisions = {{group =, cut =, episodes =, distance =,
+--    termination =, returns =, zero_variance =}, ...}}
 local core = require "moonrl.core"
 local batchlib = require "moonrl.batch"
 local seedlib = require "moonrl.train.seed"
@@ -18,6 +27,25 @@ local diagnostics = require "moonrl.train.diagnostics"
 
 local mix = seedlib.mix
 local M = {}
+
+    for _, d in ipairs(g.decisions) do out.decisions[#out.decisions + 1] = d end
+  end
+  return out
+end
+
+-- The rollout engine a run of n episodes with hooks uses: ctx.ro, or with on_turn one with room
+-- for the forks too (n + fork_room episodes, made once and grown when a run needs more).
+local function hooked_rollout(ctx, n, hooks)
+  if not hooks.on_turn then return ctx.ro end
+  local need = n + (hooks.fork_room or n)
+  if not ctx.fork_ro or ctx.fork_ro_episodes < need then
+    if ctx.fork_ro then ctx.fork_ro:free() end
+    ctx.fork_ro = core.rollout.new { model = ctx.model, episodes = need,
+      capacity = ctx.cfg.capacity or ctx.model:config().ctx }
+    ctx.fork_ro_episodes = need
+  end
+  return ctx.fork_ro
+end
 
 -- The turns an episode of task may take: the task's own max_turns (a horizon curriculum's) or
 -- the max_turns option, less the turns a backward start already replayed (task.start_turn);
@@ -44,18 +72,30 @@ end
 
 -- One ro:run of the listed episodes with one max_turns; the batch.
 local function run_once(ctx, req, list, seeds, groups, max_turns)
-  local c, tree = ctx.cfg, req.tree
-  local results = ctx.ro:run {
+  local c, tree, hooks = ctx.cfg, req.tree, req.hooks
+  local opts = {
     tokenizer = ctx.tokenizer, env = c.env, tasks = list, seeds = seeds, max_turns = max_turns,
     max_turn_tokens = c.max_turn_tokens, temperature = req.temperature, top_k = c.top_k,
     top_p = c.top_p, min_p = c.min_p, system = c.system, branch = tree,
+    batch_invariant = c.batch_invariant,
   }
+  local ro = ctx.ro
+  if hooks then
+    ro = hooked_rollout(ctx, #list, hooks)
+    opts.groups, opts.gate, opts.max_resamples = groups, hooks.gate, hooks.max_resamples
+    opts.on_turn, opts.on_branches, opts.on_action = hooks.on_turn, hooks.on_branches, hooks.on_action
+  end
+  local results = ro:run(opts)
   if tree then
     local by_root = groups
     groups = {}
     for i, r in ipairs(results) do groups[i] = by_root[r.branch.root] end
+  elseif results.groups then
+    groups = results.groups
   end
-  return batchlib.from_rollout(ctx.ro, results, groups)
+  local b = batchlib.from_rollout(ro, results, groups)
+  b.gate = results.gate
+  return b
 end
 
 -- One remote rollout (rl.remote, the endpoint of the remote option) of the listed episodes.
@@ -99,13 +139,18 @@ function M.run(ctx, req)
     b[#b + 1] = i
   end
   if #order == 1 then return run_once(ctx, req, list, seeds, groups, order[1]) end
-  local parts = {}
+  local parts, gates = {}, {}
   for k, h in ipairs(order) do
     local l, s, g = {}, {}, {}
     for j, i in ipairs(by[h]) do l[j], s[j], g[j] = list[i], seeds[i], groups[i] end
     parts[k] = run_once(ctx, req, l, s, g, h)
+    gates[#gates + 1] = parts[k].gate
   end
-  return batchlib.concat(parts)
+  local b = batchlib.concat(parts)
+  local gate
+  for _, g in ipairs(gates) do gate = diagnostics.add_gate(gate, g) end
+  b.gate = gate
+  return b
 end
 
 -- remote = {push_weights = true}: the policy's weights as a checkpoint (ctx.dir/served.bin)
@@ -143,9 +188,9 @@ end
 -- dynamic_sampling, groups whose episodes all got one reward are dropped and more tasks drawn
 -- (up to max_sampling_tries); a curriculum's gate (rl.curriculum.gate) decides instead which
 -- groups to drop, and whether to draw more (resample, up to its max_tries). Returns the batch
--- (nil when every group was dropped) and {tries =, groups_drawn =, groups_dropped =, rejected =
--- the dropped groups' episodes, gate = the rollout stage's batch.gate counts summed over the
--- tries (nil when it gave none)}.
+-- (nil when every group was dropped, or cut by rollout_hooks.gate) and {tries =, groups_drawn =,
+-- groups_dropped =, rejected = the dropped groups' episodes, gate = the rollout stage's
+-- batch.gate summed over the tries (diagnostics.add_gate; see the top of this file), or nil}.
 function M.sample(ctx, step)
   local c = ctx.cfg
   local gate = c.curriculum and c.curriculum.gate
@@ -157,12 +202,14 @@ function M.sample(ctx, step)
     local list = tasks.sample(ctx, step, want, mix(c.seed, step, tries))
     local b = ctx.stages.rollout(ctx, { tasks = list, repeats = c.group_size,
       seed = mix(c.seed, step, tries, 7), temperature = c.temperature,
-      group_base = tries * 100000, tree = c.tree })
+      group_base = tries * 100000, tree = c.tree, hooks = c.rollout_hooks })
     drawn = drawn + #list
     counts = diagnostics.add_gate(counts, b.gate)
     if not (c.dynamic_sampling or gate) then
-      return b, { tries = 1, groups_drawn = drawn, groups_dropped = 0, rejected = rejected,
+      local info = { tries = 1, groups_drawn = drawn, groups_dropped = 0, rejected = rejected,
         gate = counts }
+      if b:size() == 0 then return nil, info end -- the rollout gate cut every group
+      return b, info
     end
     local keep = {}
     for _, g in ipairs(b:groups()) do
@@ -189,7 +236,9 @@ function M.sample(ctx, step)
   local info = { tries = tries, groups_drawn = drawn, groups_dropped = filtered, rejected = rejected,
     gate = counts }
   if #parts == 0 then return nil, info end
-  return batchlib.concat(parts), info
+  local batch = batchlib.concat(parts)
+  batch.gate = info.gate
+  return batch, info
 end
 
 return M
