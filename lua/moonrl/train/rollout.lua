@@ -28,11 +28,6 @@ local diagnostics = require "moonrl.train.diagnostics"
 local mix = seedlib.mix
 local M = {}
 
-    for _, d in ipairs(g.decisions) do out.decisions[#out.decisions + 1] = d end
-  end
-  return out
-end
-
 -- The rollout engine a run of n episodes with hooks uses: ctx.ro, or with on_turn one with room
 -- for the forks too (n + fork_room episodes, made once and grown when a run needs more).
 local function hooked_rollout(ctx, n, hooks)
