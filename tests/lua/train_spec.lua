@@ -418,6 +418,37 @@ end
     H.sh("rm -rf " .. H.shell_quote(dir))
   end)
 
+  it("dynamic_sampling = \"reward\" drops groups on the reward graph's totals", function()
+    local dir = tmpdir()
+    -- the environment's return (a letter, ~10%) is mostly flat; the graph pays the parity of the
+    -- first byte, which varies within nearly every group
+    local function graph()
+      return rl.reward.graph { terms = { rl.reward.env { weight = 0 },
+        rl.reward.fn("odd", function(ep) return ((ep.record[1].action:byte(1)) or 0) % 2 end) } }
+    end
+    local function sample(mode, name)
+      local seen = {}
+      rl.train { model = rl.model.new { vocab = 264, dim = 32, layers = 1, heads = 2, ffn = 64, ctx = 32, seed = 3 },
+        tokenizer = tok, env = letter_env, dir = dir, name = name, seed = 4, steps = 3, tasks_per_step = 8,
+        group_size = 4, max_turn_tokens = 1, lr = 1e-3, dynamic_sampling = mode, max_sampling_tries = 3,
+        reward = graph(), eval = false, progress = false, plot = false,
+        on_step = function(_, mt) seen[#seen + 1] = mt end }
+      local dropped = 0
+      for _, mt in ipairs(seen) do
+        dropped = dropped + mt["sampling/groups_dropped"]
+        if mt.episodes and mode == "reward" then assert.are.equal(0, mt.zero_variance_groups) end
+      end
+      return dropped
+    end
+    local by_env, by_graph = sample(true, "env"), sample("reward", "graph")
+    assert.is_true(by_env > 8, tostring(by_env))
+    assert.is_true(by_graph < by_env / 2, by_graph .. " vs " .. by_env)
+    assert.matches("dynamic_sampling: \"reward\" filters groups on a reward graph's totals",
+      H.error_of(rl.train, { model = rl.model.new { vocab = 264, dim = 16, layers = 1, heads = 2, ffn = 32, ctx = 32 },
+        tokenizer = tok, env = letter_env, dir = dir, dynamic_sampling = "reward" }))
+    H.sh("rm -rf " .. H.shell_quote(dir))
+  end)
+
   it("trains on tree rollouts: each task's group holds its roots and their branches", function()
     local dir = tmpdir()
     local seen = {}

@@ -38,6 +38,7 @@
 --                                             -- info.milestone is true end segments
 --     fatal = nil,                            -- true or {threshold = 3}: fatal-aware masking
 --     dynamic_sampling = false,               -- DAPO: drop zero-variance groups, sample more
+--                                             -- ("reward": zero variance of the graph's totals)
 --     curriculum = nil,                       -- an rl.curriculum: chooses the tasks (in place of
 --                                             -- env.tasks("train"), sets per-task max_turns for
 --                                             -- a horizon, observes every rolled-out group;

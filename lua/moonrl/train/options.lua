@@ -332,7 +332,7 @@ opt("top_p", nil, number(0, 1))
 opt("min_p", nil, number(0, 1))
 opt("system", nil, str)
 opt("capacity", nil, integer(1))
-opt("dynamic_sampling", false, boolean)
+opt("dynamic_sampling", false, either(boolean, literal("reward", "\"reward\"")))
 opt("max_sampling_tries", 4, integer(1))
 opt("tree", nil, table_of("tree", "a table {turn =, k =}"))
 opt("rollout_hooks", nil, hooks_check)
@@ -572,6 +572,10 @@ local function relations(c)
       return string.format("curriculum: its source draws tasks of the environment %s, rl.train's is %s",
         tostring(env.name), tostring(c.env.name))
     end
+  end
+  if c.dynamic_sampling == "reward" and not is_graph(c.reward) then
+    return "dynamic_sampling: \"reward\" filters groups on a reward graph's totals: give reward = "
+      .. "rl.reward.graph{...} (or dynamic_sampling = true, the environment's return)"
   end
   if c.sft and type(c.env.oracle) ~= "function" then
     return "sft: the environment " .. c.env.name .. " has no oracle(task, rng) to learn from"

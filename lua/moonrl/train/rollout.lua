@@ -180,7 +180,8 @@ function M.push_weights(ctx)
 end
 
 -- The batch of training step `step`: tasks_per_step tasks of group_size episodes each. With
--- dynamic_sampling, groups whose episodes all got one reward are dropped and more tasks drawn
+-- dynamic_sampling, groups whose episodes all got one reward (the environment's return; with
+-- dynamic_sampling = "reward", the reward graph's total) are dropped and more tasks drawn
 -- (up to max_sampling_tries); a curriculum's gate (rl.curriculum.gate) decides instead which
 -- groups to drop, and whether to draw more (resample, up to its max_tries). Returns the batch
 -- (nil when every group was dropped, or cut by rollout_hooks.gate) and {tries =, groups_drawn =,
@@ -207,6 +208,13 @@ function M.sample(ctx, step)
       return b, info
     end
     local keep = {}
+    -- dynamic_sampling = "reward": the totals the reward graph will give (evaluate writes
+    -- nothing), so a group whose episodes differ only in cost or format terms is kept
+    local totals
+    if c.dynamic_sampling == "reward" then
+      totals = {}
+      for i, s in ipairs(c.reward:evaluate(b, { step = step, run = ctx })) do totals[i] = s.total end
+    end
     for _, g in ipairs(b:groups()) do
       local members = {}
       for j, i in ipairs(g.members) do members[j] = b.episodes[i] end
@@ -215,7 +223,14 @@ function M.sample(ctx, step)
         drop = gate:rejects(members)
       else
         drop = true
-        for _, ep in ipairs(members) do drop = drop and ep.reward == members[1].reward end
+        local first = g.members[1]
+        for _, i in ipairs(g.members) do
+          if totals then
+            drop = drop and totals[i] == totals[first]
+          else
+            drop = drop and b.episodes[i].reward == b.episodes[first].reward
+          end
+        end
       end
       if not drop and kept < c.tasks_per_step then
         for _, i in ipairs(g.members) do keep[#keep + 1] = i end
