@@ -929,18 +929,7 @@ describe("rl.synth diagnosis (target tags and contrast) and generator", function
     return { tag = tag, level = params.level, tags = { tag }, key = tag .. params.level .. rng:random(1, 1e9) }
   end
   local function skilled(skill)
-    return function(tasks, k, seed)
-      local rng, out = rl.rng(seed), {}
-      for i, t in ipairs(tasks) do
-        local list = {}
-        for j = 1, k do
-          local ok = rng:random() < skill[t.tag] / (t.level or 1)
-          list[j] = { success = ok, ep = { task = t, success = ok, record = { { state = ok and "answer" or t.tag } } } }
-        end
-        out[i] = list
-      end
-      return out
-    end
+    return simulated(false, function(t) return skill[t.tag] / (t.level or 1) end)
   end
   local function probe(n)
     local out = {}
