@@ -28,8 +28,9 @@
 -- ep.task.tags (a list of capability names), or fn(ep) -> a list, or false (none); every tag of
 -- an episode counts it, so tg:tags() gives per-tag pass rates (pass = 1 - failures / episodes)
 -- and tg:weakest(n) the n lowest (ties: the tag seen first; tags seen in fewer than
--- min_episodes = 1 episodes are left out). Turn types are the state_key of each turn (ep.record[i].state): a
--- failed episode fails at its last turn, so for each turn type the contrast counts its turns,
+-- min_episodes = 1 episodes are left out). Turn types are the state_key of each turn
+-- (ep.record[i].state): a failed episode fails at its last turn, so for each turn type the
+-- contrast counts its turns,
 -- the failed episodes that ended at it (fail_rate = failed_at / turns: how often a turn of the
 -- type is where an episode fails), and the share of turns of that type among the failed and
 -- among the successful episodes' turns. Both are decayed like the clusters.
