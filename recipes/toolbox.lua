@@ -330,4 +330,21 @@ if args.seeds > 1 then
     return string.format("(%s) - (%s) = %+.1f points, 2 x spread = %.1f", x, y, 100 * d, 200 * spread)
   end
   print(string.format("%s; %s; %s", margin("c", "a"), margin("a", "b"), margin("d", "a")))
+  -- The arms of a seed share its warm start and seeds, so the per-seed margins are paired: their
+  -- spread leaves out how good each seed's warm start happened to be.
+  local function paired(x, y)
+    local d = {}
+    for _, run in ipairs(runs) do
+      local gx, gy
+      for _, r in ipairs(run.rows) do
+        if r.arm == x then gx = r.after["eval/greedy_success"] end
+        if r.arm == y then gy = r.after["eval/greedy_success"] end
+      end
+      if gx and gy then d[#d + 1] = gx - gy end
+    end
+    if #d == 0 then return string.format("(%s) - (%s): not run", x, y) end
+    local mean, sd = ms(d)
+    return string.format("(%s) - (%s) = %+.1f ± %.1f", x, y, 100 * mean, 100 * sd)
+  end
+  print(string.format("paired over seeds: %s; %s; %s", paired("c", "a"), paired("a", "b"), paired("d", "a")))
 end
