@@ -225,11 +225,29 @@ describe("envs/toolbox", function()
       assert.is_number(last["eval/greedy_success"], arm)
       assert.is_number(last["eval/recover"], arm)
     end
-    local f = assert(io.open(dir .. "/toolbox-c-s1/metrics.jsonl"))
-    local text = f:read("a")
-    f:close()
-    assert.truthy(text:find("synth/proposed", 1, true))
-    os.execute("rm -rf " .. H.shell_quote(dir))
+    local function metrics(d)
+      local out = {}
+      for line in io.lines(d .. "/toolbox-c-s1/metrics.jsonl") do
+        local m = rl.json.decode(line)
+        for k in pairs(m) do if k:match("^time") or k:match("seconds") or k:match("per_s") then m[k] = nil end end
+        out[#out + 1] = m
+      end
+      return out
+    end
+    local first = metrics(dir)
+    assert.are.equal(0, first[1].step)          -- the evaluation after the warm start
+    assert.is_number(first[2]["synth/proposed"]) -- step 1: a round of the loop
+    assert.is_number(first[2].success)
+    -- the same seed gives the same run: arm (c) again, alone, in another folder
+    local dir2 = dir .. "-again"
+    local out2, code2 = H.run(string.format("MOONRL_ROOT=%s %s run %s/recipes/toolbox.lua --smoke --arms c --dir %s",
+      H.shell_quote(H.root), H.shell_quote(H.moonrl), H.shell_quote(H.root), H.shell_quote(dir2)))
+    assert.are.equal(0, code2, out2)
+    assert.are.same(first, metrics(dir2))
+    local row = "(| %(c%) targeted loop |[^\n]*|) [%d.]+ |\n" -- its cells but the seconds per step
+    assert.are.equal(out:match(row), out2:match(row))
+    assert.is_string(out:match(row))
+    os.execute("rm -rf " .. H.shell_quote(dir) .. " " .. H.shell_quote(dir2))
     local _, bad = H.run(string.format("MOONRL_ROOT=%s %s run %s/recipes/toolbox.lua --smoke --sedes 3",
       H.shell_quote(H.root), H.shell_quote(H.moonrl), H.shell_quote(H.root)))
     assert.are_not.equal(0, bad)
