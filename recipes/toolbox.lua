@@ -18,7 +18,9 @@
 -- Rollouts are every episode the arm rolled out, training, probes and calibration alike
 -- (evaluation excluded): (a) and (b) spend BUDGET on training; (c) gets fewer training steps so
 -- that its training, probes and calibration together stay within BUDGET. Held-out success is
--- greedy on the fixed suite of 400 tasks (envs/toolbox.lua M.suite), overall and per tag.
+-- greedy on the fixed suite of 400 tasks (envs/toolbox.lua M.suite), overall and per tag. s/step
+-- is an arm's wall-clock seconds per training step, its two evaluations, probes and calibration
+-- included.
 -- --seeds n runs seeds seed .. seed + n - 1 and adds the mean ± spread (sample sd) table.
 --
 -- Sizes (plan §2.3, changed where the budget or the policy needed it; README, "Reproductions"):
@@ -186,7 +188,7 @@ local function run_arm(arm, warm, seed)
     o.steps = S.steps
     o.tasks = function(_, _, n, s)
       local list = tb.tasks("random", n, s)
-      for i, t in ipairs(list) do assert(tb.verify(t), "toolbox.lua: an unverifiable random task " .. t.key) list[i] = t end
+      for _, t in ipairs(list) do assert(tb.verify(t), "toolbox.lua: an unverifiable random task " .. t.key) end
       return list
     end
   else
