@@ -854,3 +854,154 @@ describe("rl.synth", function()
     assert.are.equal("no_consensus", r)
   end)
 end)
+
+-- ---------------------------------------------------------------- diagnosis and the generator
+
+-- A hand-made episode: its task's tags, whether it succeeded, and the turn types it went through.
+local function tagged_ep(tags, success, turns)
+  local record = {}
+  for i, s in ipairs(turns) do record[i] = { state = s } end
+  return { task = { key = table.concat(tags, "+") .. #turns .. tostring(success), tags = tags }, success = success,
+    record = record, ["end"] = "done" }
+end
+
+describe("rl.synth diagnosis (target tags and contrast) and generator", function()
+  it("gives per-tag pass rates, the weakest tags and the turn types failures end at", function()
+    local tg = S.target { by = { "state" }, decay = 1 }
+    tg:observe { episodes = {
+      tagged_ep({ "lookup" }, true, { "call1", "answer" }),
+      tagged_ep({ "lookup", "recover" }, false, { "call1", "retry" }),
+      tagged_ep({ "lookup", "recover" }, false, { "call1", "retry" }),
+      tagged_ep({ "arith", "recover" }, true, { "call1", "retry", "answer" }),
+      tagged_ep({ "arith", "chain3" }, false, { "call1", "call2", "call3" }),
+      tagged_ep({ "arith" }, true, { "call1", "answer" }),
+    } }
+    local rates = {}
+    for _, r in ipairs(tg:tags()) do rates[r.tag] = r end
+    -- lookup: 1 of 3 passes; recover: 1 of 3; arith: 2 of 3; chain3: 0 of 1
+    assert.are.same({ "lookup", "recover", "arith", "chain3" }, (function()
+      local o = {} for i, r in ipairs(tg:tags()) do o[i] = r.tag end return o end)())
+    assert.are.equal(3, rates.lookup.episodes)
+    assert.near(1 / 3, rates.lookup.pass, 1e-12)
+    assert.near(1 / 3, rates.recover.pass, 1e-12)
+    assert.near(2 / 3, rates.arith.pass, 1e-12)
+    assert.are.equal(0, rates.chain3.pass)
+    assert.are.same({ "chain3", "lookup" }, tg:weakest(2))
+    assert.are.same({ "lookup", "recover" }, tg:weakest(2, 2)) -- chain3 seen once only
+    local con = tg:contrast()
+    -- call3: 1 turn, 1 failure ends there; retry: 3 turns, 2 failures; call1: 6 turns, 0
+    assert.are.equal("call3", con[1].turn)
+    assert.are.equal(1, con[1].fail_rate)
+    assert.are.equal("retry", con[2].turn)
+    assert.near(2 / 3, con[2].fail_rate, 1e-12)
+    local by = {}
+    for _, c in ipairs(con) do by[c.turn] = c end
+    assert.are.equal(0, by.call1.fail_rate)
+    assert.are.equal(0, by.answer.fail_rate)
+    -- shares: failed episodes have 7 turns (2 of them retry), successful ones 7 (1 retry)
+    assert.near(2 / 7, by.retry.share_failed, 1e-12)
+    assert.near(1 / 7, by.retry.share_success, 1e-12)
+    -- state round trip, and decay 0 forgets at the next observation
+    local copy = S.target { by = { "state" } }
+    copy:load(rl.json.decode(rl.json.encode(tg:state())))
+    assert.are.same(tg:tags(), copy:tags())
+    assert.are.same(tg:contrast(), copy:contrast())
+    local fresh = S.target { by = { "state" }, decay = 0 }
+    fresh:observe { episodes = { tagged_ep({ "lookup" }, false, { "call1" }) } }
+    fresh:observe { episodes = { tagged_ep({ "arith" }, true, { "call1", "answer" }) } }
+    assert.are.same({ "arith" }, fresh:weakest(3, 0.5))
+    -- tags = fn and tags = false
+    local fn = S.target { tags = function(ep) return { ep.success and "won" or "lost" } end }
+    fn:observe { episodes = { tagged_ep({ "x" }, false, { "a" }) } }
+    assert.are.equal("lost", fn:tags()[1].tag)
+    local off = S.target { tags = false }
+    off:observe { episodes = { tagged_ep({ "x" }, false, { "a" }) } }
+    assert.are.same({}, off:tags())
+    assert.has_error(function() S.target { tags = "tasks" } end)
+    assert.has_error(function() tg:weakest(-1) end, "rl.synth.target: weakest: n: a non-negative integer expected, got -1")
+  end)
+
+  -- A generator over tasks {tag =, level =}: the simulated policy passes tag t at level l with
+  -- probability skill[t] / l; the probe is target-like tasks of every tag.
+  local TAGS = { "a", "b", "c", "d" }
+  local function gen_task(params, rng)
+    local tag = params.focus[1] or TAGS[rng:random(#TAGS)]
+    return { tag = tag, level = params.level, tags = { tag }, key = tag .. params.level .. rng:random(1, 1e9) }
+  end
+  local function skilled(skill)
+    return simulated(false, function(t) return skill[t.tag] / (t.level or 1) end)
+  end
+  local function probe(n)
+    local out = {}
+    for i = 1, n do local tag = TAGS[(i - 1) % #TAGS + 1] out[i] = { tag = tag, tags = { tag }, level = 1, key = "p" .. i } end
+    return out
+  end
+
+  it("probes, proposes for the weakest tags and moves their levels by the loop's calibration", function()
+    local gen = S.generator { gen = gen_task, diagnose = S.target { by = { "state" }, decay = 0 }, probe = probe,
+      probe_tasks = 40, weakest = 2, levels = { 1, 2, 3 }, level = 2 }
+    local loop = S.loop { propose = gen, verify = { function(t) return t.tag ~= nil end },
+      calibrate = S.pass_rate { k = 8, band = { 0.2, 0.8 } }, novelty = false, per_step = 8, seed = 3 }
+    -- a and b are the gaps; c and d are mastered
+    local ctx = { solve = skilled { a = 0.2, b = 0.4, c = 1, d = 1 } }
+    local r = loop:step(ctx)
+    assert.are.equal(40, gen.probed)
+    assert.are.same({ "a", "b" }, gen.last.weakest)
+    assert.are.same({ a = 2, b = 2 }, gen.last.levels)
+    local focus = {}
+    for _, rec in ipairs(loop.records) do focus[rec.task.tag] = (focus[rec.task.tag] or 0) + 1 end
+    assert.are.same({ a = 4, b = 4 }, focus)
+    assert.are.equal(8, r.proposed)
+    -- at level 2, a (p = .1) is too hard: its level goes down; b (p = .2) stays or is admitted
+    assert.are.equal(1, gen:level_index("a"))
+    local b_level = gen.levels[gen:level_index("b")]
+    loop:step(ctx)
+    assert.are.same({ a = 1, b = b_level }, gen.last.levels) -- the next round proposes at the moved levels
+    -- with an easy tag proposed, its level climbs
+    local up = S.generator { gen = gen_task, diagnose = S.target { decay = 0 }, probe = probe, probe_tasks = 8,
+      weakest = 1, level = 1, min_episodes = 1 }
+    local loop2 = S.loop { propose = up, verify = {}, calibrate = S.pass_rate { k = 4, band = { 0.2, 0.8 } },
+      novelty = false, per_step = 4, seed = 1 }
+    loop2:step { solve = skilled { a = 1, b = 1, c = 1, d = 1 } } -- a (seen first) is weakest, too easy at level 1
+    assert.are.equal(2, up:level_index("a"))
+    -- the generator's state travels with the loop's, and a fresh loop starts from level 1
+    local st = rl.json.decode(rl.json.encode(loop2:state()))
+    local again = S.generator { gen = gen_task, diagnose = S.target { decay = 0 }, probe = probe, probe_tasks = 8,
+      weakest = 1, min_episodes = 1 }
+    local loop3 = S.loop { propose = again, verify = {}, novelty = false, per_step = 4, seed = 1 }
+    assert.are.equal(1, again:level_index("a"))
+    loop3:load(st)
+    assert.are.equal(2, again:level_index("a"))
+    assert.are.equal(8, again.probed)
+    loop3:reset()
+    assert.are.equal(1, again:level_index("a"))
+    assert.are.equal(0, again.probed)
+  end)
+
+  it("is deterministic from the seed and refuses bad options", function()
+    local function run(seed)
+      local gen = S.generator { gen = gen_task, diagnose = S.target { decay = 0 }, probe = probe, probe_tasks = 16 }
+      local loop = S.loop { propose = gen, verify = {}, novelty = false, per_step = 6, seed = seed,
+        calibrate = S.pass_rate { k = 4 } }
+      loop:step { solve = skilled { a = 0.3, b = 0.5, c = 0.9, d = 0.7 } }
+      return rl.json.encode(loop:state())
+    end
+    assert.are.equal(run(4), run(4))
+    assert.are_not.equal(run(4), run(5))
+    for _, case in ipairs {
+      { function() S.generator { diagnose = S.target {} } end, "rl.synth.generator: gen" },
+      { function() S.generator { gen = gen_task } end, "rl.synth.generator: diagnose" },
+      { function() S.generator { gen = gen_task, diagnose = {} } end, "rl.synth.generator: diagnose: an rl.synth.target" },
+      { function() S.generator { gen = gen_task, diagnose = S.target {}, level = 9 } end, "rl.synth.generator: level: one of levels" },
+      { function() S.generator { gen = gen_task, diagnose = S.target {}, weakets = 2 } end, "did you mean 'weakest'" },
+    } do
+      local ok, err = pcall(case[1])
+      assert.is_false(ok)
+      assert.truthy(tostring(err):find(case[2], 1, true), tostring(err))
+    end
+    local bad = S.generator { gen = gen_task, diagnose = S.target {}, probe = function() return {} end }
+    local ok, err = pcall(function() S.loop { propose = bad, novelty = false }:step { solve = skilled { a = 1 } } end)
+    assert.is_false(ok)
+    assert.truthy(tostring(err):find("probe returned", 1, true))
+  end)
+end)

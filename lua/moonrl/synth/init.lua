@@ -14,9 +14,10 @@
 --   }
 --   rl.train { ..., curriculum = cur, synth = loop }
 --
--- Modules: moonrl.synth.loop (the loop), .proposer (proposer, mutate), .contract, .verify (exec,
--- oracle, vote, judge, check_answer), .calibrate (pass_rate), .novelty, .target, .solver (how
--- the loop rolls out the current policy).
+-- Modules: moonrl.synth.loop (the loop), .proposer (proposer, mutate, generator), .contract,
+-- .verify (exec, oracle, vote, judge, check_answer), .calibrate (pass_rate), .novelty, .target
+-- (failure clusters, per-tag pass rates, turn-type contrast), .solver (how the loop rolls out
+-- the current policy).
 local loop = require "moonrl.synth.loop"
 local proposer = require "moonrl.synth.proposer"
 local contract = require "moonrl.synth.contract"
@@ -30,6 +31,7 @@ return {
   is_loop = loop.is_loop,
   proposer = proposer.proposer,
   mutate = proposer.mutate,
+  generator = proposer.generator,
   contract = contract.contract,
   exec = verify.exec,
   oracle = verify.oracle,

@@ -171,6 +171,7 @@ function Loop:reset()
     for i, t in ipairs(seed_tasks(self)) do self.novelty:add(t, "pool", "seed:" .. i) end
   end
   if self.target then self.target:load({ clusters = {} }) end
+  if self.proposer.reset and self.proposer.state then self.proposer:reset() end
 end
 
 -- The key of a synthesised task in the pool: the loop's key, else the pool's own (a pool with a
@@ -412,6 +413,7 @@ function Loop:step(ctx, train_step)
   local rsum = 0
   for i = 1, #items do rsum = rsum + rewards[i] end
   out.reward = rsum / #items
+  if self.proposer.feedback then self.proposer:feedback(recs) end
   local lstats = self.proposer.learn and self.proposer:learn(ctx, rewards, train_step or t) or nil
   if lstats then out.learn = lstats end
   local ps = {}
@@ -494,7 +496,8 @@ function Loop:state()
   return { version = STATE_VERSION, t = self.t, records = json.array(data(self.records)),
     active = json.array(data(self.active)), retired = json.array(data(self.retired)), probe_at = self.probe_at,
     windows = json.array(windows), totals = data(self.totals),
-    target = self.target and self.target:state() or nil }
+    target = self.target and self.target:state() or nil,
+    proposer = self.proposer.state and self.proposer:state() or nil }
 end
 
 function Loop:load(st)
@@ -529,6 +532,7 @@ function Loop:load(st)
     end
   end
   if self.target and st.target then self.target:load(st.target) end
+  if st.proposer and self.proposer.load then self.proposer:load(st.proposer) end
 end
 
 -- What the options were, for state.json's record of the run's options.

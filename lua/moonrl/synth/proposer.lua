@@ -4,6 +4,9 @@
 --     prompt = string | fn(exemplar, ctx) -> string, seeds = { task, ... }, temperature =,
 --     group = 4, max_tokens = 48, demos = fn(exemplar, rng) -> text, warm_start = 0, learn = true }
 --   rl.synth.mutate { from = cur, fn = fn(task, rng) -> task | nil }
+--   rl.synth.generator { gen = fn(params, rng) -> task, diagnose = rl.synth.target{...},
+--     probe = fn(n, seed) -> tasks, probe_tasks = 128, probe_temperature = 0, weakest = 2,
+--     levels = { 1, 2, 3 }, level = 1, min_episodes = 4 }
 --
 -- Both are objects with p:propose(ctx, n, seed, exemplars) -> n proposals {text = or task =,
 -- exemplar =, group =}; the loop validates each with the contract and verifies it. A proposer
@@ -285,5 +288,139 @@ end
 function Mutator:learn() return nil end
 
 function Mutator:config() return { kind = "mutate" } end
+
+-- ---------------------------------------------------------------- generator
+
+local Generator = { __name = "moonrl.synth.generator" }
+Generator.__index = Generator
+M.Generator = Generator
+
+local solverlib = require "moonrl.synth.solver"
+
+-- rl.synth.generator{...}: failure-targeted synthesis from a task generator (TRACE's diagnose
+-- then synthesise, CoEvolve's difficulty by execution). Each p:propose(ctx, n, seed) first
+-- probes: probe(probe_tasks, seed) target-like tasks, rolled out once each by the current
+-- policy at probe_temperature (0: greedy; moonrl.synth.solver, so through the trainer's rollout
+-- stage), observed by diagnose (an rl.synth.target: per-tag pass rates, the turn-type contrast);
+-- without probe, diagnose holds whatever it was given to observe. Then its `weakest` tags of
+-- lowest pass rate (in at least min_episodes probe episodes) are the focus: proposal i is
+-- gen({focus = {tag}, level = that tag's level}, rng) for the focus tags in turn, or with an
+-- empty focus when nothing is diagnosed yet. Levels (one per tag, from `level`, within
+-- `levels`, easiest first) follow the loop's calibration (p:feedback): a tag whose proposals
+-- were mostly too easy moves one level up, mostly too hard one down. p.last is the latest
+-- diagnosis {tags =, weakest =, contrast =, levels =, probed =}; p.probed counts the probe
+-- episodes (rollouts the run spends on diagnosis).
+function M.generator(opts)
+  local o = argcheck.fields("rl.synth.generator", opts, {
+    { "gen", nil, argcheck.kind("function", "a function(params, rng) -> task"), required = true },
+    { "diagnose", nil, function(v)
+      if getmetatable(v) == require("moonrl.synth.target").Target then return nil end
+      return "an rl.synth.target{...}" end, required = true },
+    { "probe", nil, argcheck.kind("function", "a function(n, seed) -> a list of tasks") },
+    { "probe_tasks", 128, argcheck.integer(1) },
+    { "probe_temperature", 0, argcheck.number(0) },
+    { "weakest", 2, argcheck.integer(1) },
+    { "levels", { 1, 2, 3 }, argcheck.list_of(function(x) if x == nil then return "a level" end return nil end,
+      "a non-empty list of levels, easiest first") },
+    { "level", nil, function() return nil end },
+    { "min_episodes", 4, argcheck.number(0) },
+  }, 2)
+  local levels = {}
+  for i, v in ipairs(o.levels) do levels[i] = v end
+  local start = 1
+  if o.level ~= nil then
+    start = nil
+    for i, v in ipairs(levels) do if v == o.level then start = i end end
+    if not start then error("rl.synth.generator: level: one of levels expected, got " .. argcheck.describe(o.level), 2) end
+  end
+  local self = setmetatable({ gen = o.gen, diagnose = o.diagnose, probe = o.probe, probe_tasks = o.probe_tasks,
+    probe_temperature = o.probe_temperature, n_weakest = o.weakest, levels = levels, start = start,
+    min_episodes = o.min_episodes, group = 1 }, Generator)
+  self:reset()
+  return self
+end
+
+function Generator:reset()
+  self.level_of, self.pending, self.probed, self.last = {}, {}, 0, nil
+  self.diagnose:load({ clusters = {} })
+end
+
+-- The level index of a tag.
+function Generator:level_index(tag) return self.level_of[tag] or self.start end
+
+function Generator:propose(ctx, n, seed, _)
+  if self.probe then
+    local tasks = self.probe(self.probe_tasks, mix(seed, 0x9B0))
+    if type(tasks) ~= "table" or #tasks == 0 then
+      error("rl.synth.generator: probe returned " .. argcheck.describe(tasks) .. " (a non-empty list of tasks expected)", 0)
+    end
+    local outs = solverlib.rollouts(ctx, tasks, 1, mix(seed, 0x9B1), "generator probe", self.probe_temperature)
+    local eps = {}
+    for i, list in ipairs(outs) do
+      local out = list[1]
+      eps[i] = out.ep or { task = tasks[i], success = out.success, record = out.record or {} }
+    end
+    self.diagnose:observe({ episodes = eps })
+    self.probed = self.probed + #tasks
+  end
+  local weak = self.diagnose:weakest(self.n_weakest, self.min_episodes)
+  local lv = {}
+  for _, tag in ipairs(weak) do lv[tag] = self.levels[self:level_index(tag)] end
+  self.last = { tags = self.diagnose:tags(), weakest = weak, contrast = self.diagnose:contrast(), levels = lv,
+    probed = self.probed }
+  local items = {}
+  self.pending = {}
+  for i = 1, n do
+    local tag = #weak > 0 and weak[(i - 1) % #weak + 1] or nil
+    local params = { focus = tag and { tag } or {}, level = tag and lv[tag] or self.levels[self.start] }
+    local ok, t = pcall(self.gen, params, core.rng(mix(seed, i)))
+    self.pending[i] = tag or false
+    if not ok then items[i] = { group = i, error = "the generator raised: " .. tostring(t) }
+    elseif type(t) ~= "table" then items[i] = { group = i, error = "the generator returned no task" }
+    else items[i] = { group = i, task = t } end
+  end
+  return items
+end
+
+-- p:feedback(records): the loop's records of this step's proposals, in proposal order (their
+-- status: "admitted", "too_easy", "too_hard", "invalid", "duplicate"): each focus tag's level
+-- moves up when its too-easy proposals outnumber the rest that were measured, down when its
+-- too-hard ones do.
+function Generator:feedback(records)
+  local votes = {}
+  for i, rec in ipairs(records) do
+    local tag = self.pending[i]
+    if tag then
+      local v = votes[tag] or { too_easy = 0, too_hard = 0, admitted = 0 }
+      votes[tag] = v
+      if v[rec.status] then v[rec.status] = v[rec.status] + 1 end
+    end
+  end
+  for tag, v in pairs(votes) do
+    local k = self:level_index(tag)
+    if v.too_easy > v.too_hard + v.admitted then k = math.min(#self.levels, k + 1)
+    elseif v.too_hard > v.too_easy + v.admitted then k = math.max(1, k - 1) end
+    self.level_of[tag] = k
+  end
+end
+
+function Generator:learn() return nil end
+
+function Generator:state()
+  local lv = {}
+  for tag, k in pairs(self.level_of) do lv[tag] = k end
+  return { levels = lv, probed = self.probed, diagnose = self.diagnose:state() }
+end
+
+function Generator:load(st)
+  self.level_of, self.probed = {}, st.probed or 0
+  for tag, k in pairs(st.levels or {}) do self.level_of[tag] = k end
+  if st.diagnose then self.diagnose:load(st.diagnose) end
+end
+
+function Generator:config()
+  return { kind = "generator", probe_tasks = self.probe and self.probe_tasks or 0, weakest = self.n_weakest,
+    levels = #self.levels, probe_temperature = self.probe_temperature }
+end
 
 return M
