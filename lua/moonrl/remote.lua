@@ -7,8 +7,8 @@
 --     top_k =, top_p =, min_p =, system =, observation_role = "user", capacity = 128}
 --   rl.remote.rollout{clients = {c1, c2, ...}, ...}   -- several endpoints (give one of the two)
 --
--- With several clients, each is probed first (GET /health, health_timeout seconds); episodes go
--- to the healthy endpoint with the fewest episodes so far, in order (so the split is even and
+-- With several clients, each is probed first (GET /health, health_timeout seconds, 5 by
+-- default); episodes go to the healthy endpoint with the fewest episodes so far, in order (so the split is even and
 -- the same for the same list), and each stays on its endpoint for all its turns (ep.endpoint
 -- is its index). An endpoint that fails mid-run fails only its own episodes ("infra"); with no
 -- healthy endpoint every episode is infra.
@@ -74,7 +74,7 @@ M.clients_check = clients_check
 local fields = {
   { "client", nil, client_check },
   { "clients", nil, clients_check },
-  { "health_timeout", 2, argcheck.positive },
+  { "health_timeout", 5, argcheck.positive },
   { "tokenizer", nil, argcheck.instance_of("moonrl.tokenizer", "an rl.tokenizer"), required = true },
   { "env", nil, argcheck.table, required = true },
   { "tasks", nil, argcheck.table, required = true },

@@ -240,7 +240,9 @@ describe("remote rollouts over several endpoints", function()
   setup(function()
     mdir = H.tmpdir()
     assert(rl.model.new(CFG):save(mdir .. "/served"))
-    for i = 1, 2 do servers[i] = H.serve(mdir .. "/served", "--max-batch 8") end
+    -- batch-invariant: an episode's tokens must not depend on what else a server decodes with
+    -- it (the one-endpoint comparison below), whatever the machine's load does to the batches
+    for i = 1, 2 do servers[i] = H.serve(mdir .. "/served", "--max-batch 8 --batch-invariant") end
   end)
   teardown(function()
     for _, s in ipairs(servers) do s.stop() end
@@ -252,7 +254,8 @@ describe("remote rollouts over several endpoints", function()
     local cs = { client(servers[1].base), client(servers[2].base) }
     local list, seeds = tasks(16)
     local b = rl.remote.rollout{ clients = cs, tokenizer = tok, env = env, tasks = list, seeds = seeds,
-      max_turns = env.max_turns, max_turn_tokens = 3, temperature = 1, capacity = CFG.ctx }
+      max_turns = env.max_turns, max_turn_tokens = 3, temperature = 1, capacity = CFG.ctx,
+      health_timeout = 30 }
     local count, turns = { 0, 0 }, { 0, 0 }
     for _, ep in ipairs(b.episodes) do
       assert.is_nil(ep.error)
@@ -274,7 +277,8 @@ describe("remote rollouts over several endpoints", function()
     local live = client(servers[1].base)
     local list, seeds = tasks(6)
     local b = rl.remote.rollout{ clients = { dead, live }, tokenizer = tok, env = env, tasks = list,
-      seeds = seeds, max_turns = env.max_turns, max_turn_tokens = 3, temperature = 1, capacity = CFG.ctx }
+      seeds = seeds, max_turns = env.max_turns, max_turn_tokens = 3, temperature = 1, capacity = CFG.ctx,
+      health_timeout = 30 }
     for _, ep in ipairs(b.episodes) do
       assert.equal(2, ep.endpoint)
       assert.is_nil(ep.infra)
@@ -305,7 +309,8 @@ describe("remote rollouts over several endpoints", function()
     end
     local cs = { client(servers[1].base), client(victim.base) }
     local b2 = rl.remote.rollout{ clients = cs, tokenizer = tok, env = killer, tasks = list, seeds = seeds,
-      max_turns = env.max_turns, max_turn_tokens = 3, temperature = 1, capacity = CFG.ctx }
+      max_turns = env.max_turns, max_turn_tokens = 3, temperature = 1, capacity = CFG.ctx,
+      health_timeout = 30 }
     local infra = { 0, 0 }
     for _, ep in ipairs(b2.episodes) do
       if ep.infra then infra[ep.endpoint] = infra[ep.endpoint] + 1 end

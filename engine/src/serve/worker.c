@@ -55,6 +55,7 @@ typedef struct {
   bool constrained; /* tool_choice "required" or a function: every token keeps tc a call */
   tc_state tc;
   uint8_t *mask;   /* constrained: the tokens allowed at this step (vocab bytes) */
+  bool counted;    /* counted as finished in /health (count_finished) */
 } gen;
 
 typedef struct {
@@ -878,14 +879,21 @@ static void add_logprob(worker *w, gen *g, int32_t tok, float lp, const float *l
 
 /* ---- the decode loop ---- */
 
+/* Counts g as finished in /health (running, requests), once: before its last reply goes out, so
+ * that a client which has its answer and then asks /health sees it counted. */
+static void count_finished(worker *w, gen *g) {
+  if (g->counted) return;
+  g->counted = true;
+  pthread_mutex_lock(&w->s->mu);
+  w->s->running--;
+  w->s->requests++;
+  pthread_mutex_unlock(&w->s->mu);
+}
+
 static void release_slot(worker *w, gen *g) {
-  mrl_server *s = w->s;
   w->slots[g->slot] = NULL;
   w->active--;
-  pthread_mutex_lock(&s->mu);
-  s->running--;
-  s->requests++;
-  pthread_mutex_unlock(&s->mu);
+  count_finished(w, g);
   gen_free(g);
 }
 
@@ -1064,6 +1072,7 @@ static void decode_step(worker *w) {
     const char *finish = take_token(w, g, sampled[i], lps[i]);
     if (finish) {
       g->finish = finish;
+      count_finished(w, g);
       if (g->stream)
         stream_chunk(w, g, finish, false);
       else
