@@ -8,9 +8,9 @@
 --   rl.remote.rollout{clients = {c1, c2, ...}, ...}   -- several endpoints (give one of the two)
 --
 -- With several clients, each is probed first (GET /health, health_timeout seconds, 5 by
--- default); episodes go to the healthy endpoint with the fewest episodes so far, in order (so the split is even and
--- the same for the same list), and each stays on its endpoint for all its turns (ep.endpoint
--- is its index). An endpoint that fails mid-run fails only its own episodes ("infra"); with no
+-- default); episodes go to the healthy endpoint with the fewest episodes so far, in order (so
+-- the split is even and the same for the same list), and each stays on its endpoint for all its
+-- turns (ep.endpoint is its index). An endpoint that fails mid-run fails only its own episodes ("infra"); with no
 -- healthy endpoint every episode is infra.
 --
 -- Each episode is rendered exactly as the engine's rollout renders it (moonrl's own tokenizer
