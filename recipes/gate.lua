@@ -51,7 +51,7 @@ end
 
 local K, D_LOW, G, TASKS, EVERY = 8, 0.12, 8, 10, 10
 local size = opts.tiny and { steps = 2, tasks = 3, group = 4, sft = 40, sft_epochs = 1, eval = 6, every = 1 }
-  or { steps = opts.steps, tasks = TASKS, group = G, sft = 1500, sft_epochs = 3, eval = 96, every = EVERY }
+  or { steps = opts.steps, tasks = TASKS, group = G, sft = 3000, sft_epochs = 3, eval = 96, every = EVERY }
 local arms = {}
 for name in opts.arms:gmatch("[^,]+") do
   if name ~= "grpo" and name ~= "gate" and name ~= "dapo" then usage("unknown arm " .. name) end
@@ -69,9 +69,9 @@ local function warm_start(seed)
   local t0 = rl.clock()
   local data = rl.train.oracle_examples({ cfg = { env = env, max_turns = env.max_turns }, tokenizer = tok },
     size.sft, rl.train.mix(seed, 1))
-  rl.sft { model = m, data = data, epochs = size.sft_epochs, batch_size = 16, lr = 3e-3, warmup = 10,
+  local fit = rl.sft { model = m, data = data, epochs = size.sft_epochs, batch_size = 16, lr = 3e-3, warmup = 10,
     schedule = "cosine", seed = rl.train.mix(seed, 2) }
-  return m, rl.clock() - t0
+  return m, rl.clock() - t0, fit.final_loss
 end
 
 -- Each training group's first K actions per episode and whether its returns were all equal.
@@ -225,12 +225,12 @@ local function median(xs)
   return n % 2 == 1 and s[(n + 1) // 2] or (s[n // 2] + s[n // 2 + 1]) / 2
 end
 
-local function print_seed(rows, warm_s, seed)
+local function print_seed(rows, warm_s, warm_loss, seed)
   local base
   for _, r in ipairs(rows) do if r.arm == "grpo" then base = r end end
   local target = base and base.final
-  print(string.format("\nmaze, seed %d: SFT %.0f s; %d steps x %d tasks x %d episodes, K = %d of %d turns, d_L = %.2f",
-    seed, warm_s, size.steps, size.tasks, size.group, K, env.max_turns, D_LOW))
+  print(string.format("\nmaze, seed %d: SFT %.0f s (%d examples, final loss %.3f); %d steps x %d tasks x %d episodes, K = %d of %d turns, d_L = %.2f",
+    seed, warm_s, size.sft, warm_loss, size.steps, size.tasks, size.group, K, env.max_turns, D_LOW))
   print(string.format("%-5s %8s %8s %8s %7s %8s %9s %8s %7s %8s %7s %8s %8s", "arm", "train s", "rollout",
     "update", "s/step", "to tgt", "episodes", "turns", "cut", "zero-adv", "grad", "held-out", "sampled"))
   for _, r in ipairs(rows) do
@@ -265,7 +265,7 @@ end
 
 local all = {}
 for _, seed in ipairs(seeds) do
-  local warm, warm_s = warm_start(seed)
+  local warm, warm_s, warm_loss = warm_start(seed)
   local list = {}
   for i, name in ipairs(arms) do list[i] = new_arm(name, seed, warm) end
   -- the arms take turns, a round (an evaluation interval) each, so that the machine's load
@@ -277,7 +277,7 @@ for _, seed in ipairs(seeds) do
   until stop >= size.steps
   local rows = {}
   for i, a in ipairs(list) do rows[i] = a:result() end
-  print_seed(rows, warm_s, seed)
+  print_seed(rows, warm_s, warm_loss, seed)
   all[#all + 1] = rows
 end
 
