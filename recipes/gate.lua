@@ -129,6 +129,16 @@ end
 
 -- An arm of one seed, trained in rounds (arm:advance(stop) trains up to step `stop` and returns
 -- that round's training seconds); arm:result() sums it up.
+-- The recorded groups of the first round (steps 1..eval interval): the warm policy's, before
+-- training has made most groups flat.
+local function first_round(groups)
+  local out = {}
+  for _, g in ipairs(groups) do
+    if g.step <= size.every then out[#out + 1] = g end
+  end
+  return out
+end
+
 local function new_arm(name, seed, warm)
   local recorded, rolled, turns = {}, 0, 0
   local series, rounds = {}, {}
@@ -142,7 +152,10 @@ local function new_arm(name, seed, warm)
       for _, ep in ipairs(b.episodes) do turns = turns + ep.turns end
       turns = turns + cut * K -- a cut episode took K turns at most
       if name == "grpo" then
-        for _, g in ipairs(group_records(b)) do recorded[#recorded + 1] = g end
+        for _, g in ipairs(group_records(b)) do
+          g.step = sum.steps + 1
+          recorded[#recorded + 1] = g
+        end
       end
     end
     return b
@@ -194,6 +207,7 @@ local function new_arm(name, seed, warm)
       cut_rate = sum.groups > 0 and sum.cut / sum.groups or nil, rolled = rolled, turns = turns,
       series = series, final = series[#series].success, final_sampled = series[#series].sampled,
       offline = name == "grpo" and offline_gate(recorded) or nil,
+      offline_first = name == "grpo" and offline_gate(first_round(recorded)) or nil,
     }
   end
   return arm
@@ -246,10 +260,12 @@ local function print_seed(rows, warm_s, warm_loss, seed)
     print(string.format("held-out %-5s %s", r.arm, table.concat(parts, " ")))
   end
   if base and base.offline then
-    local o = base.offline
-    print(string.format("gate offline over grpo's %d groups: zero-variance %s, cut %s, precision %s, recall %s, AUROC %s",
-      o.groups, pct(o.zero_variance), pct(o.cut), num(o.precision, "%.2f"), num(o.recall, "%.2f"),
-      num(o.auroc, "%.2f")))
+    for _, o in ipairs { base.offline_first, base.offline } do
+      print(string.format("gate offline over grpo's %d groups%s: zero-variance %s, cut %s, precision %s, recall %s, AUROC %s",
+        o.groups, o == base.offline and "" or string.format(" of steps 1-%d", size.every),
+        pct(o.zero_variance), pct(o.cut), num(o.precision, "%.2f"), num(o.recall, "%.2f"),
+        num(o.auroc, "%.2f")))
+    end
   end
   for _, r in ipairs(rows) do
     if r.arm ~= "grpo" and base then
