@@ -20,7 +20,8 @@
 -- drawn in proportions 2 : 1 : 5 (M.KINDS). Reproductions.md section 2.4 asks for a third
 -- trivial and a sixth impossible, which alone make half the groups flat; it also asks for ~40%
 -- flat groups, the paper's figure, so the pool keeps its shape (trivial twice impossible) at
--- 3/8 of the tasks, and mixed groups that come out flat by chance bring it to about 40%.
+-- 3/8 of the tasks, and mixed groups that come out flat by chance bring it to about 40% for the
+-- oracle's own walks (a warm-started policy, less exact, makes more groups flat).
 -- The SFT oracle (M.oracle) walks corridors and rooms correctly but takes a junction's two
 -- exits at random (backing out of a dead end), so reading the capital letter is what RL can
 -- learn; M.solve is the perfect walk. Held out: tasks whose hash says so (about one in five);

@@ -18,7 +18,9 @@
 --
 -- --seeds N runs seeds 1..N (each with its own warm start, arms in turn within it) and prints
 -- mean and spread; --tiny is the smoke test's size. Files go to D/gate-<arm>-<seed>/ (D is
--- runs/ by default).
+-- runs/ by default). 1-3 minutes a seed on 2 shared cores (0.1-0.9 s per step). Seed 1: every arm
+-- 86.5% held out (the ceiling), the gate in 0.44x grpo's training time, dapo's rollout 3.6x
+-- grpo's; the measured tables and the verdict are in the README, "Reproductions".
 local rl = require "moonrl"
 
 local root = os.getenv("MOONRL_ROOT") or "."
