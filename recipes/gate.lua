@@ -16,9 +16,9 @@
 --   moonrl run recipes/gate.lua [--seed N] [--seeds N] [--steps N] [--arms grpo,gate,dapo]
 --                               [--dir D] [--tiny]
 --
--- --seeds N runs seeds 1..N (each with its own warm start, arms in turn within it) and prints
--- mean and spread; --tiny is the smoke test's size. Files go to D/gate-<arm>-<seed>/ (D is
--- runs/ by default). 1-3 minutes a seed on 2 shared cores (0.1-0.9 s per step). Seed 1: every arm
+-- --seeds N runs seeds seed .. seed + N - 1 (rl.recipe; each with its own warm start, arms in
+-- turn within it) and prints mean and spread; --tiny is the smoke test's size. Files go to
+-- D/gate-<arm>-<seed>/ (D is runs/ by default). 1-3 minutes a seed on 2 shared cores (0.1-0.9 s per step). Seed 1: every arm
 -- 86.5% held out (the ceiling), the gate in 0.44x grpo's training time, dapo's rollout 3.6x
 -- grpo's; the measured tables and the verdict are in the README, "Reproductions".
 local rl = require "moonrl"
@@ -27,40 +27,21 @@ local root = os.getenv("MOONRL_ROOT") or "."
 package.path = root .. "/?.lua;" .. package.path
 local env = require "envs.maze"
 
-local function usage(msg)
-  error("gate.lua: " .. msg .. " (usage: [--seed N] [--seeds N] [--steps N] [--arms grpo,gate,dapo] [--dir D] [--tiny])", 0)
-end
-local opts = { seed = 1, seeds = nil, steps = 60, arms = "grpo,gate,dapo", tiny = false,
-  dir = root .. "/runs" }
-do
-  local a, i = arg or {}, 1
-  while a[i] do
-    local k = a[i]:match("^%-%-(%a+)$")
-    if k == "tiny" then
-      opts.tiny, i = true, i + 1
-    elseif k == "seed" or k == "seeds" or k == "steps" then
-      local v = math.tointeger(tonumber(a[i + 1] or ""))
-      if not v or v < 1 then usage("--" .. k .. " needs a positive integer") end
-      opts[k], i = v, i + 2
-    elseif k == "arms" or k == "dir" then
-      if not a[i + 1] then usage("--" .. k .. " needs a value") end
-      opts[k], i = a[i + 1], i + 2
-    else
-      usage("unknown argument " .. tostring(a[i]))
-    end
-  end
-end
+local opts, why = rl.recipe.args(arg, { seed = 1, seeds = 1, steps = 60, arms = "grpo,gate,dapo",
+  dir = root .. "/runs", tiny = false })
+if not opts then error("gate.lua: " .. why, 0) end
+if opts.seeds < 1 or opts.steps < 1 then error("gate.lua: --seeds and --steps: positive integers expected", 0) end
 
 local K, D_LOW, G, TASKS, EVERY = 8, 0.12, 8, 10, 10
 local size = opts.tiny and { steps = 2, tasks = 3, group = 4, sft = 40, sft_epochs = 1, eval = 6, every = 1 }
   or { steps = opts.steps, tasks = TASKS, group = G, sft = 3000, sft_epochs = 3, eval = 96, every = EVERY }
 local arms = {}
 for name in opts.arms:gmatch("[^,]+") do
-  if name ~= "grpo" and name ~= "gate" and name ~= "dapo" then usage("unknown arm " .. name) end
+  if name ~= "grpo" and name ~= "gate" and name ~= "dapo" then
+    error("gate.lua: --arms: unknown arm " .. name .. " (grpo, gate, dapo)", 0)
+  end
   arms[#arms + 1] = name
 end
-local seeds = {}
-if opts.seeds then for s = 1, opts.seeds do seeds[s] = s end else seeds[1] = opts.seed end
 
 local tok = rl.tokenizer.bytes()
 
@@ -226,14 +207,6 @@ end
 local function pct(x) return x and string.format("%.1f%%", 100 * x) or "-" end
 local function num(x, f) return x and string.format(f or "%.1f", x) or "-" end
 
-local function mean_sd(xs)
-  local n, s = #xs, 0
-  for _, x in ipairs(xs) do s = s + x end
-  local mu = s / n
-  local v = 0
-  for _, x in ipairs(xs) do v = v + (x - mu) ^ 2 end
-  return mu, n > 1 and math.sqrt(v / (n - 1)) or 0
-end
 local function median(xs)
   local s = table.move(xs, 1, #xs, 1, {})
   table.sort(s)
@@ -281,8 +254,7 @@ local function print_seed(rows, warm_s, warm_loss, seed)
   end
 end
 
-local all = {}
-for _, seed in ipairs(seeds) do
+local all = rl.recipe.over_seeds(opts.seed, opts.seeds, function(seed)
   local warm, warm_s, warm_loss = warm_start(seed)
   local list = {}
   for i, name in ipairs(arms) do list[i] = new_arm(name, seed, warm) end
@@ -296,11 +268,11 @@ for _, seed in ipairs(seeds) do
   local rows = {}
   for i, a in ipairs(list) do rows[i] = a:result() end
   print_seed(rows, warm_s, warm_loss, seed)
-  all[#all + 1] = rows
-end
+  return rows
+end)
 
-if #seeds > 1 then
-  print(string.format("\nmaze, %d seeds (arms in turn within each seed): mean +- sd; ratios to grpo as medians over seeds", #seeds))
+if opts.seeds > 1 then
+  print(string.format("\nmaze, %d seeds (arms in turn within each seed): mean +- sd; ratios to grpo as medians over seeds", opts.seeds))
   print(string.format("%-5s %14s %14s %14s %14s %14s %10s %10s", "arm", "train s", "rollout s", "update s",
     "held-out", "zero-adv", "train/grpo", "roll/grpo"))
   for a, arm in ipairs(arms) do
@@ -315,7 +287,7 @@ if #seeds > 1 then
       end
     end
     local function ms(xs, scale, f)
-      local mu, sd = mean_sd(xs)
+      local mu, sd = rl.recipe.mean_spread(xs)
       return string.format(f, mu * scale, sd * scale)
     end
     print(string.format("%-5s %14s %14s %14s %14s %14s %10s %10s", arm, ms(col.train, 1, "%.1f+-%.1f"),
