@@ -110,8 +110,6 @@ local function offline_gate(groups)
     precision = cut > 0 and tp / cut or nil, recall = zv > 0 and tp / zv or nil, auroc = auroc(items) }
 end
 
--- An arm of one seed, trained in rounds (arm:advance(stop) trains up to step `stop` and returns
--- that round's training seconds); arm:result() sums it up.
 -- The recorded groups of the first round (steps 1..eval interval): the warm policy's, before
 -- training has made most groups flat.
 local function first_round(groups)
@@ -122,6 +120,8 @@ local function first_round(groups)
   return out
 end
 
+-- An arm of one seed, trained in rounds: arm:advance(stop) trains up to step `stop` (resuming
+-- the run after the first round) and keeps that round's training seconds; arm:result() sums up.
 local function new_arm(name, seed, warm)
   local recorded, rolled, turns = {}, 0, 0
   local series, rounds = {}, {}
