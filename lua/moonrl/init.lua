@@ -34,6 +34,8 @@ local rl = {
   skills = require("moonrl.skills"), -- Markdown skill repos: repo{dir =}, tools(repo), paired{...}
   synth = require("moonrl.synth"), -- task synthesis: loop{propose =, verify =, calibrate =, novelty =, pool =}
   plot = require("moonrl.plot"), -- learning curves as SVG
+  recipe = require("moonrl.recipe"), -- recipes' command-line options (args), --seeds runs
+                            -- (over_seeds) and their mean and spread (summarise, pm)
   sft = require("moonrl.sft").sft, -- supervised fine-tuning with loss masks
   sft_example = require("moonrl.sft").example, -- {tokens=, mask=} from a chat conversation
   lr_at = core.lr_at,       -- learning-rate schedules

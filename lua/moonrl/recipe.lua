@@ -1,0 +1,158 @@
+-- moonrl.recipe (rl.recipe): what recipes share around rl.train: command-line options
+-- (`--name value`) checked against the recipe's defaults, the same recipe over several seeds
+-- (`--seeds 3`), and the mean and spread of a table's numbers over those seeds.
+--
+--   local o = assert(rl.recipe.args(arg, { seed = 1, seeds = 1, steps = 60, arms = "a,b", quick = false }))
+--   local runs = rl.recipe.over_seeds(o.seed, o.seeds, function(seed) return table_rows(seed) end)
+--   for _, row in ipairs(rl.recipe.summarise(runs, "arm")) do print(row.arm, rl.recipe.pm(row.success)) end
+local argcheck = require "moonrl.argcheck"
+
+local M = {}
+
+local function parse_value(name, text, default)
+  if math.type(default) == "integer" then
+    local v = math.tointeger(tonumber(text))
+    if not v then return nil, string.format("--%s: an integer expected, got %q", name, text) end
+    return v
+  elseif type(default) == "number" then
+    local v = tonumber(text)
+    if not argcheck.finite(v) then return nil, string.format("--%s: a number expected, got %q", name, text) end
+    return v
+  elseif type(default) == "boolean" then
+    if text == "true" then return true elseif text == "false" then return false end
+    return nil, string.format("--%s: true or false expected, got %q", name, text)
+  end
+  return text
+end
+
+-- args(argv, defaults) -> options, or nil and a message. argv is a recipe's `arg` (a list of
+-- strings; nil is none); defaults {name = value} names every option and gives its type: an
+-- integer, a number, a string or a boolean (a flag: `--name` alone is true, `--name=false`
+-- too). Each option is `--name value` or `--name=value`; an unknown name (with the nearest known
+-- one), a value of the wrong type, a missing value or a bare word is an error.
+function M.args(argv, defaults)
+  if type(defaults) ~= "table" then
+    error("rl.recipe.args: defaults: a table {name = default} expected, got " .. argcheck.describe(defaults), 2)
+  end
+  local known, out = {}, {}
+  for k, v in pairs(defaults) do
+    if type(k) ~= "string" or not ({ number = true, string = true, boolean = true })[type(v)] then
+      error("rl.recipe.args: defaults: {name = number | string | boolean} expected, got a value at "
+        .. argcheck.describe(k), 2)
+    end
+    known[#known + 1] = k
+    out[k] = v
+  end
+  table.sort(known)
+  argv = argv or {}
+  local i = 1
+  while i <= #argv do
+    local word = argv[i]
+    local name, value = tostring(word):match("^%-%-([%w_%-]+)=(.*)$")
+    if not name then name = tostring(word):match("^%-%-([%w_%-]+)$") end
+    if not name then
+      return nil, string.format("%q: options are --name value (known: --%s)", tostring(word),
+        table.concat(known, ", --"))
+    end
+    name = name:gsub("%-", "_")
+    local default = defaults[name]
+    if default == nil then
+      local near = argcheck.nearest(name, known)
+      return nil, string.format("unknown option --%s%s", name,
+        near and string.format(" (did you mean --%s?)", near) or " (known: --" .. table.concat(known, ", --") .. ")")
+    end
+    if value == nil then
+      if type(default) == "boolean" then
+        value = "true"
+      else
+        i = i + 1
+        value = argv[i]
+        if value == nil then return nil, string.format("--%s: a value expected", name) end
+      end
+    end
+    local v, err = parse_value(name, value, default)
+    if err then return nil, err end
+    out[name] = v
+    i = i + 1
+  end
+  return out
+end
+
+-- over_seeds(first, n, fn) -> {fn(first), fn(first + 1), ..., fn(first + n - 1)}: the same
+-- recipe body once per seed, in order.
+function M.over_seeds(first, n, fn)
+  if math.type(first) ~= "integer" then error("rl.recipe.over_seeds: first: an integer expected", 2) end
+  if math.type(n) ~= "integer" or n < 1 then error("rl.recipe.over_seeds: n: a positive integer expected", 2) end
+  local out = {}
+  for k = 1, n do out[k] = fn(first + k - 1) end
+  return out
+end
+
+-- mean_spread(values) -> mean, spread (the sample standard deviation; 0 for one value), n. nil
+-- values are left out; mean is nil when none is left.
+function M.mean_spread(values)
+  local sum, n = 0, 0
+  for _, v in pairs(values) do
+    if type(v) == "number" then sum, n = sum + v, n + 1 end
+  end
+  if n == 0 then return nil, nil, 0 end
+  local mean, sq = sum / n, 0
+  for _, v in pairs(values) do
+    if type(v) == "number" then sq = sq + (v - mean) ^ 2 end
+  end
+  return mean, n > 1 and math.sqrt(sq / (n - 1)) or 0, n
+end
+
+-- summarise(runs, key) -> rows: runs is a list (one per seed) of lists of rows (tables); rows
+-- with the same row[key] are one row of the result, in the order of their first appearance,
+-- whose every numeric field is {mean =, spread =, n =} (M.mean_spread over the seeds) and whose
+-- other fields are the first run's.
+function M.summarise(runs, key)
+  local order, by = {}, {}
+  for _, rows in ipairs(runs) do
+    for _, row in ipairs(rows) do
+      local id = row[key]
+      if by[id] == nil then
+        by[id] = {}
+        order[#order + 1] = id
+      end
+      local list = by[id]
+      list[#list + 1] = row
+    end
+  end
+  local out = {}
+  for k, id in ipairs(order) do
+    local rows, s = by[id], {}
+    local fields = {}
+    for _, row in ipairs(rows) do
+      for f, v in pairs(row) do
+        if fields[f] == nil then fields[f] = v end
+      end
+    end
+    for f, first in pairs(fields) do
+      if type(first) == "number" and f ~= key then
+        local values = {}
+        for i, row in ipairs(rows) do values[i] = row[f] end
+        local mean, spread, n = M.mean_spread(values)
+        s[f] = { mean = mean, spread = spread, n = n }
+      else
+        s[f] = first
+      end
+    end
+    out[k] = s
+  end
+  return out
+end
+
+-- pm(cell [, scale = 100, fmt = "%.1f"]) -> "55.0 ± 3.2" for a summarised cell {mean =, spread =,
+-- n =} of several seeds, the mean alone for one seed's (n = 1) and for a plain number, "-" for
+-- nil; values are multiplied by scale.
+function M.pm(cell, scale, fmt)
+  scale, fmt = scale or 100, fmt or "%.1f"
+  if type(cell) == "number" then return string.format(fmt, scale * cell) end
+  if type(cell) ~= "table" or cell.mean == nil then return "-" end
+  if cell.n == 1 then return string.format(fmt, scale * cell.mean) end
+  return string.format(fmt .. " ± " .. fmt, scale * cell.mean, scale * cell.spread)
+end
+
+return M
