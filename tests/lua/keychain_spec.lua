@@ -263,11 +263,16 @@ describe("envs/keychain.lua variants", function()
 end)
 
 describe("recipes/keychain.lua", function()
+  -- Runs the recipe with the options given (a string); its output and exit code.
+  local function recipe(options)
+    return H.run(table.concat({ H.shell_quote(H.moonrl), "run", H.shell_quote(H.root .. "/recipes/keychain.lua"),
+      options }, " "))
+  end
+
   it("runs a few steps, logs utilisation and prints its table", function()
     local dir = H.tmpdir()
-    local out, code = H.run(table.concat({ H.shell_quote(H.moonrl), "run", H.shell_quote(H.root .. "/recipes/keychain.lua"),
-      "--steps 2 --tasks 2 --group 2 --sft-examples 24 --sft-epochs 1 --eval-tasks 4 --rooms 2,6",
-      "--methods beacon,grpo --dir", H.shell_quote(dir) }, " "))
+    local out, code = recipe("--steps 2 --tasks 2 --group 2 --sft-examples 24 --sft-epochs 1 --eval-tasks 4 "
+      .. "--rooms 2,6 --methods beacon,grpo --dir " .. H.shell_quote(dir))
     assert.are.equal(0, code, out)
     assert.matches("\nmethod +K=2 +K=6 +K=12 +util2 +util6 +s/st2 +s/st6\n", out)
     for _, arm in ipairs { "beacon", "grpo", "SFT", "oracle", "perfect", "beacon%-grpo" } do
@@ -288,15 +293,13 @@ describe("recipes/keychain.lua", function()
 
   it("runs --seeds 2 and reports mean ± spread; refuses an unknown option", function()
     local dir = H.tmpdir()
-    local out, code = H.run(table.concat({ H.shell_quote(H.moonrl), "run", H.shell_quote(H.root .. "/recipes/keychain.lua"),
-      "--seeds 2 --steps 1 --tasks 2 --group 2 --sft-examples 8 --sft-epochs 1 --eval-tasks 2 --rooms 2",
-      "--methods grpo --horizon-arms none --eval12=false --dir", H.shell_quote(dir) }, " "))
+    local out, code = recipe("--seeds 2 --steps 1 --tasks 2 --group 2 --sft-examples 8 --sft-epochs 1 "
+      .. "--eval-tasks 2 --rooms 2 --methods grpo --horizon-arms none --eval12=false --dir " .. H.shell_quote(dir))
     assert.are.equal(0, code, out)
-    assert.matches("seeds 1%-2 %(mean ± spread over 2%)", out)
+    assert.matches("keychain, seed 1;.*keychain, seed 2;.*keychain, seeds 1%-2 %(mean ± spread over 2%)", out)
     assert.matches("\nperfect +100%.0 ± 0%.0", out)
     assert.is_nil(out:find("horizon:", 1, true))
-    local out2, code2 = H.run(table.concat({ H.shell_quote(H.moonrl), "run",
-      H.shell_quote(H.root .. "/recipes/keychain.lua"), "--methds grpo" }, " "))
+    local out2, code2 = recipe("--methds grpo")
     assert.are_not.equal(0, code2)
     assert.matches("keychain.lua: unknown option %-%-methds %(did you mean %-%-methods%?%)", out2)
     H.sh("rm -rf " .. H.shell_quote(dir))
