@@ -111,16 +111,17 @@ local function warm_start(seed)
 end
 
 -- One arm: the warm start loaded, rl.train for `steps` steps, held-out success at the `eval`
--- rooms; the mean utilisation and zero-variance share over the steps and the seconds per step.
+-- rooms; the mean utilisation over the steps and the seconds per step (evaluation left out).
 local function run_arm(seed, sft_path, a)
   local m, tok = new_model(seed)
   m:load_checkpoint(sft_path)
   m:reset_optimizer()
-  local util, zero, n, secs = 0, 0, 0, 0
+  local util, n, secs = 0, 0, 0
   local opts = {
     model = m, tokenizer = tok, env = a.env, name = string.format("keychain-%s-k%d-s%d", a.arm, a.k, seed),
     dir = o.dir, seed = seed, overwrite = true, steps = a.steps, tasks_per_step = o.tasks,
-    group_size = o.group, minibatch = o.tasks * o.group, max_turn_tokens = 8, loss = "ppo", clip_low = 0.2, clip_high = 0.28, lr = 1e-3,
+    group_size = o.group, minibatch = o.tasks * o.group, max_turn_tokens = 8, loss = "ppo", clip_low = 0.2,
+    clip_high = 0.28, lr = 1e-3,
     eval = { every = a.steps, tasks = o.eval_tasks, k = 1 }, progress = false, log_episodes = 2,
     evaluate = function(ctx, step)
       local out = {}
@@ -132,12 +133,14 @@ local function run_arm(seed, sft_path, a)
       return out
     end,
     on_step = function(_, mt)
-      util, zero, n = util + (mt["adv/utilisation"] or 0), zero + (mt.zero_variance_groups or 1), n + 1
+      util, n = util + (mt["adv/utilisation"] or 0), n + 1
       secs = secs + mt["time/step"] - (mt["time/eval"] or 0)
     end,
   }
   for k, v in pairs(ADVANTAGE[a.method]) do opts[k] = v end
-  if a.curriculum then opts.curriculum = a.curriculum(seed) else
+  if a.curriculum then
+    opts.curriculum = a.curriculum(seed)
+  else
     opts.tasks = function(_, _, count, s)
       local rng, out = rl.rng(s), {}
       for i = 1, count do out[i] = a.env.gen({ rooms = a.k }, rng) end
@@ -145,14 +148,14 @@ local function run_arm(seed, sft_path, a)
     end
   end
   local result = rl.train(opts)
-  local row = { util = util / n, zero = zero / n, sps = secs / n, before = result.before }
-  for _, k in ipairs(a.eval) do row[k] = result.after["eval/k" .. k] end
+  local row = { util = util / n, sps = secs / n, before = result.before }
+  local held = {}
+  for _, k in ipairs(a.eval) do
+    row[k] = result.after["eval/k" .. k]
+    held[#held + 1] = string.format("K=%d %.1f%%", k, 100 * row[k])
+  end
   print(string.format("  %-10s K=%-2d %3d steps  %.2f s/step  held-out %s  utilisation %.0f%%",
-    a.arm, a.k, a.steps, row.sps, table.concat((function()
-      local t = {}
-      for _, k in ipairs(a.eval) do t[#t + 1] = string.format("K=%d %.1f%%", k, 100 * row[k]) end
-      return t
-    end)(), ", "), 100 * row.util))
+    a.arm, a.k, a.steps, row.sps, table.concat(held, ", "), 100 * row.util))
   io.stdout:flush()
   return row
 end
