@@ -269,11 +269,18 @@ describe("recipes/keychain.lua", function()
       options }, " "))
   end
 
-  it("runs a few steps, logs utilisation and prints its table", function()
+  -- Runs it with its files in a new temporary folder and asserts it succeeded; the output and
+  -- the folder (the caller removes it).
+  local function recipe_ok(options)
     local dir = H.tmpdir()
-    local out, code = recipe("--steps 2 --tasks 2 --group 2 --sft-examples 24 --sft-epochs 1 --eval-tasks 4 "
-      .. "--rooms 2,6 --methods beacon,grpo --dir " .. H.shell_quote(dir))
+    local out, code = recipe(options .. " --dir " .. H.shell_quote(dir))
     assert.are.equal(0, code, out)
+    return out, dir
+  end
+
+  it("runs a few steps, logs utilisation and prints its table", function()
+    local out, dir = recipe_ok("--steps 2 --tasks 2 --group 2 --sft-examples 24 --sft-epochs 1 --eval-tasks 4 "
+      .. "--rooms 2,6 --methods beacon,grpo")
     assert.matches("\nmethod +K=2 +K=6 +K=12 +util2 +util6 +s/st2 +s/st6\n", out)
     for _, arm in ipairs { "beacon", "grpo", "SFT", "oracle", "perfect", "beacon%-grpo" } do
       assert.matches("\n" .. arm .. " +%-?[%d.]+ ", out)
@@ -292,10 +299,8 @@ describe("recipes/keychain.lua", function()
   end)
 
   it("runs --seeds 2 and reports mean ± spread; refuses an unknown option", function()
-    local dir = H.tmpdir()
-    local out, code = recipe("--seeds 2 --steps 1 --tasks 2 --group 2 --sft-examples 8 --sft-epochs 1 "
-      .. "--eval-tasks 2 --rooms 2 --methods grpo --horizon-arms none --eval12=false --dir " .. H.shell_quote(dir))
-    assert.are.equal(0, code, out)
+    local out, dir = recipe_ok("--seeds 2 --steps 1 --tasks 2 --group 2 --sft-examples 8 --sft-epochs 1 "
+      .. "--eval-tasks 2 --rooms 2 --methods grpo --horizon-arms none --eval12=false")
     assert.matches("keychain, seed 1;.*keychain, seed 2;.*keychain, seeds 1%-2 %(mean ± spread over 2%)", out)
     assert.matches("\nperfect +100%.0 ± 0%.0", out)
     assert.is_nil(out:find("horizon:", 1, true))
