@@ -12,7 +12,8 @@
 --              high 0.6: with 0.8 the band sat at the first level for 24 of 30 steps) over the
 --              horizon, each horizon's tasks having (max_turns - 2) / 3 rooms (K = 1 .. 6),
 --              beside the grpo arm at K = 6 (full horizon from the start);
---   macro, decompose (only with --horizon-arms): GRPO at K = 6 on the variants of the same name.
+--   macro, decompose (only with --horizon-arms): GRPO at K = 6 on the variants of the same name
+--              (macro from the shared warm start too, which never saw try <c>).
 -- Every arm: PPO (clip 0.2 / 0.28), lr 1e-3, 8 tasks x 8 episodes a step. Measured greedily on
 -- held-out layouts (64 per K) at the arm's K, the K = 6 arms also at K = 12 (never trained on:
 -- horizon generalisation). The table gives held-out success, the mean effective sample
