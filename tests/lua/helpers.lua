@@ -72,6 +72,18 @@ function H.resume_cut(path, dir)
   assert(ok, out)
 end
 
+-- A clock for rate limiters ({now =, sleep =}) that moves only when slept on; c.slept sums the
+-- sleeps and c.t can be set to move it.
+function H.fake_clock()
+  local c = { t = 0, slept = 0 }
+  c.now = function() return c.t end
+  c.sleep = function(s)
+    c.t = c.t + s
+    c.slept = c.slept + s
+  end
+  return c
+end
+
 function H.tmpdir()
   local path = os.tmpname()
   os.remove(path)

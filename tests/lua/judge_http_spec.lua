@@ -89,17 +89,6 @@ local function judge_values(scores)
   return table.concat(out, " ")
 end
 
--- A clock that moves only when slept on.
-local function jump_clock()
-  local c = { t = 0, slept = 0 }
-  c.now = function() return c.t end
-  c.sleep = function(s)
-    c.t = c.t + s
-    c.slept = c.slept + s
-  end
-  return c
-end
-
 describe("judges over HTTP (the scripted server)", function()
   setup(function()
     server = assert(io.popen(H.shell_quote(H.build .. "/tests/mock_server") .. " 120", "r"))
@@ -229,7 +218,7 @@ describe("judges over HTTP (the scripted server)", function()
   end)
 
   it("a server error or a timeout makes the episodes unscorable (never 0), after the judge's retries", function()
-    local clock = jump_clock()
+    local clock = H.fake_clock()
     local failing = rl.http.openai { base_url = base .. "/code/500", model = "verdict-f", retries = 0 }
     local g = R.graph { terms = { R.env(), R.judge { name = "judge", client = failing, prompt = PROMPT,
       cache = false, retries = 1, backoff = 2, clock = clock } } }

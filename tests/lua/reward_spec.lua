@@ -74,17 +74,6 @@ local function mock_judge(reply)
   return c
 end
 
--- A clock that only moves when told to.
-local function fake_clock()
-  local c = { t = 0, slept = 0 }
-  c.now = function() return c.t end
-  c.sleep = function(s)
-    c.t = c.t + s
-    c.slept = c.slept + s
-  end
-  return c
-end
-
 -- A one-turn environment: reward 1 when the reply starts with a lowercase letter.
 local letter_env = {
   name = "letter", max_turns = 1,
@@ -247,7 +236,7 @@ describe("rl.reward acceptance", function()
   end)
 
   it("2: a judge that times out makes the episode unscorable (never 0), after its retries", function()
-    local clock = fake_clock()
+    local clock = H.fake_clock()
     local client = mock_judge(function() return nil, "deadline exceeded", { timeout = true } end)
     local g = R.graph { terms = { R.env(), R.judge { name = "judge", client = client, prompt = "answer: {answer}",
       retries = 2, timeout = 5, clock = clock } } }
@@ -357,7 +346,7 @@ print(string.format("calls %d then %d", first, client.calls - first))
   end)
 
   it("4: rpm = 60 is never exceeded over 2 simulated minutes; tpm and call budgets hold", function()
-    local clock = fake_clock()
+    local clock = H.fake_clock()
     local times = {}
     local client = mock_judge(function()
       times[#times + 1] = clock.t
@@ -382,7 +371,7 @@ print(string.format("calls %d then %d", first, client.calls - first))
     assert.are.equal(60, worst) -- the limit, reached and never passed
     assert.is_true(#times >= 120, "calls in 2 minutes: " .. #times)
     -- tpm: 100 tokens a call, 1000 a minute
-    clock = fake_clock()
+    clock = H.fake_clock()
     times = {}
     local g2 = R.graph { terms = { R.judge { name = "judge", client = client, prompt = "answer: {answer}",
       cache = false, tpm = 1000, clock = clock } } }
@@ -881,7 +870,7 @@ describe("rl.reward terms", function()
   end)
 
   it("judge: retry_after from a rate-limited server is waited on the judge's clock", function()
-    local clock = fake_clock()
+    local clock = H.fake_clock()
     local n = 0
     local client = mock_judge(function()
       n = n + 1
@@ -922,7 +911,7 @@ describe("rl.reward terms", function()
     -- the first call takes 0.9 s, the others 0.01 s; the server sees each call at its start or
     -- at its end (the two extremes): counting a call only from its admission, call 61 would go
     -- at 60 s and the server's 60 s from 0.9 s would hold 61 calls
-    local clock = fake_clock()
+    local clock = H.fake_clock()
     local starts, ends = {}, {}
     local client = mock_judge(function()
       starts[#starts + 1] = clock.t
@@ -938,7 +927,7 @@ describe("rl.reward terms", function()
     assert.are.same({ 60, 60 }, { busiest(starts), busiest(ends) })
     assert.is_true(starts[61] >= ends[1] + 60)
     -- rpm = 2, concurrency = 3: the third call waits alone, after the first two went out
-    clock = fake_clock()
+    clock = H.fake_clock()
     local sizes, sent = {}, {}
     local batcher = { batch = function(_, requests)
       sizes[#sizes + 1] = #requests
