@@ -1,7 +1,7 @@
 -- toolbox.lua - failure-targeted task synthesis (TRACE, CoEvolve, Agent-World; plan §2.3) on the
 -- tagged tool tasks of envs/toolbox.lua, against uniform GRPO, at the same rollout budget.
 --
---   moonrl run recipes/toolbox.lua [seed] [--seeds 3] [--arms a,b,c,d] [--steps 60] [--smoke]
+--   moonrl run recipes/toolbox.lua [--seed 1] [--seeds 3] [--arms a,b,c,d] [--steps 60] [--smoke]
 --     [--dir runs]
 --
 -- One SFT warm start per seed, on an oracle whose demos under-represent recover and chain3 (4%
@@ -36,29 +36,16 @@ local root = os.getenv("MOONRL_ROOT") or "."
 package.path = root .. "/?.lua;" .. package.path
 local tb = require "envs.toolbox"
 
--- Arguments: a seed, then --seeds n, --arms list, --smoke, --dir path (as recipes/curriculum.lua
--- takes its seed first; an unknown option is an error).
-local args = { seed = 1, seeds = 1, arms = "a,b,c,d", smoke = false, dir = root .. "/runs" }
-local INTEGER = { seeds = true, steps = true }
-do
-  local i, argv = 1, arg or {}
-  while argv[i] do
-    local a = argv[i]
-    if a == "--smoke" then args.smoke = true
-    elseif a == "--seeds" or a == "--arms" or a == "--dir" or a == "--steps" then
-      local name, v = a:sub(3), argv[i + 1]
-      if v == nil then error("toolbox.lua: " .. a .. " needs a value", 0) end
-      if INTEGER[name] then
-        v = math.tointeger(tonumber(v))
-        if not v or v < 1 then error("toolbox.lua: " .. a .. ": a positive integer expected", 0) end
-      end
-      args[name] = v
-      i = i + 1
-    elseif math.tointeger(tonumber(a)) and i == 1 then args.seed = math.tointeger(tonumber(a))
-    else error("toolbox.lua: unknown argument " .. a .. " (a seed, --seeds n, --arms a,b,c,d, --steps n, --smoke, --dir path)", 0) end
-    i = i + 1
-  end
-end
+-- Arguments (rl.recipe.args): --seed n (a bare integer first is the seed too, as before),
+-- --seeds n, --arms list, --steps n (0: the size's default), --smoke, --dir path.
+local argv = {}
+for i, a in ipairs(arg or {}) do argv[i] = a end
+if math.tointeger(tonumber(argv[1] or "")) then argv[1] = "--seed=" .. argv[1] end
+local args, why = rl.recipe.args(argv, { seed = 1, seeds = 1, arms = "a,b,c,d", steps = 0,
+  smoke = false, dir = root .. "/runs" })
+if not args then error("toolbox.lua: " .. why, 0) end
+if args.seeds < 1 or args.steps < 0 then error("toolbox.lua: --seeds >= 1 and --steps >= 0 expected", 0) end
+if args.steps == 0 then args.steps = nil end
 
 -- Sizes: the full run, and the smoke run of make test.
 local S = args.smoke and {

@@ -248,8 +248,9 @@ describe("envs/toolbox", function()
     assert.are.equal(out:match(row), out2:match(row))
     assert.is_string(out:match(row))
     os.execute("rm -rf " .. H.shell_quote(dir) .. " " .. H.shell_quote(dir2))
-    local _, bad = H.run(string.format("MOONRL_ROOT=%s %s run %s/recipes/toolbox.lua --smoke --sedes 3",
+    local said, bad = H.run(string.format("MOONRL_ROOT=%s %s run %s/recipes/toolbox.lua --smoke --sedes 3",
       H.shell_quote(H.root), H.shell_quote(H.moonrl), H.shell_quote(H.root)))
     assert.are_not.equal(0, bad)
+    assert.truthy(said:find("unknown option --sedes (did you mean --seed", 1, true), said)
   end)
 end)
