@@ -164,3 +164,10 @@ int for_each_file(const char *subdir,
   closedir(d);
   return count;
 }
+
+void free_clones(mrl_env **clones, int n) {
+  for (int i = 0; i < n; i++) {
+    free(clones[i]); /* the vtable is the first member of its box */
+    clones[i] = NULL;
+  }
+}

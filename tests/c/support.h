@@ -67,4 +67,8 @@ int for_each_file(const char *subdir,
                   void (*fn)(const char *name, const unsigned char *data, size_t n, void *ud),
                   void *ud);
 
+/* Frees the n environments a tree or hooked rollout's clone() made (each one malloc'd block
+ * whose first member is its mrl_env, NULL where none was made) and sets the entries to NULL. */
+void free_clones(mrl_env **clones, int n);
+
 #endif /* MRL_TEST_SUPPORT_H */

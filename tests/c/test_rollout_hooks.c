@@ -83,13 +83,6 @@ static mrl_status count_clone(void *self, mrl_env **out) {
   return MRL_OK;
 }
 
-static void free_clones(mrl_env **clones, int n) {
-  for (int i = 0; i < n; i++) {
-    free(clones[i]); /* the vtable is the first member of its box */
-    clones[i] = NULL;
-  }
-}
-
 /* ---- fixtures ---- */
 
 enum { MAXE = 24, CAP = 160 };
