@@ -77,7 +77,8 @@
 --    tokens = {agent = {given =, returned =}},
 --    turns = {{turn = 1.., round, agent, invocation = its index in the episode, k = the turn in
 --      the invocation, given = the text it was given (the invocation's observation, then the
---      previous turn's), returned = its action, reward, done, tokens = {given =, returned =}}}}
+--      previous turn's), returned = its action, reward, done, tokens = {given =, returned =},
+--      end = how the invocation ended, on its last turn: "done", "max_turns", "budget", ...}}}
 -- given tokens are the turn's prompt tokens (chat template, system and observation included),
 -- returned tokens the sampled ones. Everything is deterministic given the seed.
 local core = require "moonrl.core"
@@ -540,7 +541,8 @@ function M.trace_record(step, e, batches)
       local c = counts[j] or { given = 0, returned = 0 }
       tk.given, tk.returned = tk.given + c.given, tk.returned + c.returned
       turns[n] = { turn = n, round = row.round, agent = inv.agent, invocation = k, k = j, given = given,
-        returned = rec.action, reward = rec.reward, done = rec.done, tokens = c }
+        returned = rec.action, reward = rec.reward, done = rec.done, tokens = c,
+        ["end"] = j == #row.record and row["end"] or nil }
       given = rec.observation
     end
   end
