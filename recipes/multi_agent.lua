@@ -15,12 +15,16 @@
 -- spikes (steps whose largest gradient norm is above 5x the median of the previous 20, once 5
 -- exist), and the measured seconds per RL step.
 --
---   moonrl run recipes/multi_agent.lua [--seed 1] [--seeds 3] [--arms drmas,grpo]
---     [--steps 30] [--tasks 8] [--group 8] [--sft-examples 1200] [--sft-epochs 2]
---     [--eval-tasks 64] [--dir runs]
+--   moonrl run recipes/multi_agent.lua [--seed 1] [--seeds 3]
+--     [--arms drmas,grpo,planner_only,executor_only] [--steps 100] [--tasks 16] [--group 8]
+--     [--lr 1e-3] [--sft-examples 3000] [--sft-epochs 3] [--eval-tasks 128] [--dim 64]
+--     [--layers 2] [--dir runs]
 --
--- --arms takes drmas, grpo, planner_only, executor_only (the last two: Dr. MAS with the other
--- agent frozen). Files go to <dir>/multi-<arm>-s<seed>/ (metrics.jsonl, trace.jsonl).
+-- Every arm: PPO (clip 0.2 / 0.28), lr 1e-3 for each trainable agent, 16 tasks x 8 episodes a
+-- step, one optimizer step per agent a step (minibatch = the whole batch), 100 steps. --arms
+-- takes drmas, grpo, planner_only, executor_only (the last two: Dr. MAS with the other agent
+-- frozen). Files go to <dir>/multi-<arm>-s<seed>/ (metrics.jsonl, trace.jsonl) and the warm
+-- starts to <dir>/multi-sft-<agent>-s<seed>.bin.
 local rl = require "moonrl"
 
 local root = os.getenv("MOONRL_ROOT") or "."
@@ -28,8 +32,9 @@ package.path = root .. "/?.lua;" .. package.path
 local planact = require "envs.planact"
 local R = rl.recipe
 
-local o, why = R.args(arg, { seed = 1, seeds = 1, arms = "drmas,grpo", steps = 30, tasks = 8, group = 8,
-  sft_examples = 1200, sft_epochs = 2, eval_tasks = 64, dir = root .. "/runs", dim = 64, layers = 2, lr = 1e-3 })
+local o, why = R.args(arg, { seed = 1, seeds = 1, arms = "drmas,grpo,planner_only,executor_only", steps = 100,
+  tasks = 16, group = 8, sft_examples = 3000, sft_epochs = 3, eval_tasks = 128, dir = root .. "/runs", dim = 64,
+  layers = 2, lr = 1e-3 })
 if not o then error("multi_agent.lua: " .. why, 0) end
 
 local KNOWN = {
