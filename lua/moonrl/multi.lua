@@ -18,7 +18,9 @@
 --     tasks_per_step = 8, group_size = 8,    -- G multi-agent episodes of each task form a group
 --     max_turns = 8,                         -- turns one invocation may take (env.max_turns
 --                                            -- [agent] first)
---     max_rounds = 8,                        -- invocations an episode may have
+--     max_rounds = 8,                        -- invocations an episode may have (then it
+--                                            -- ends, whatever next() says)
+--     lr = 1e-3,                             -- each agent's lr unless it gives its own
 --     max_turn_tokens = 8, temperature = 1, capacity = nil,
 --     eval = { every = 5, tasks = 32 },      -- held-out team success, greedy (or false)
 --     trace_episodes = 2,                    -- episodes a step written to trace.jsonl
@@ -425,7 +427,7 @@ end
 -- ---------------------------------------------------------------- SFT
 
 -- The demonstrations of an episode played by the oracles: {agent = {example, ...}}.
-local function oracle_episode(env, task, seed, tokenizers)
+local function oracle_episode(env, task, seed, tokenizers, max_turns)
   local inst = env.new()
   inst:reset(task, core.rng(mix(seed, 1)))
   local out, prev, rng = {}, nil, core.rng(mix(seed, 2))
@@ -440,7 +442,7 @@ local function oracle_episode(env, task, seed, tokenizers)
     msgs[#msgs + 1] = { role = "user", content = obs }
     local n, done, ended = 0, false, "max_turns"
     local vi = setmetatable({ t = { ep = { inst = inst }, agent = agent } }, View)
-    while n < (type(env.max_turns) == "table" and env.max_turns[agent] or 8) do
+    while n < (type(env.max_turns) == "table" and env.max_turns[agent] or max_turns) do
       local action = env.oracles[agent](task, turns, rng)
       n = n + 1
       msgs[#msgs + 1] = { role = "assistant", content = action }
@@ -460,8 +462,11 @@ local function oracle_episode(env, task, seed, tokenizers)
   return out
 end
 
--- n examples of each listed agent's oracle on training tasks: {agent = {examples}}.
-function M.oracle_examples(env, agents, seed)
+-- The SFT examples of the oracles' play of n training tasks (n = the largest
+-- agents[a].sft.examples; each agent's first sft.examples invocations): {agent = {examples}}.
+-- agents: {name = {sft = {examples =}, tokenizer =}}; max_turns: an invocation's turn limit
+-- where env.max_turns gives none (8).
+function M.oracle_examples(env, agents, seed, max_turns)
   local n, tokenizers = 0, {}
   for a, spec in pairs(agents) do
     n, tokenizers[a] = math.max(n, spec.sft.examples), spec.tokenizer
@@ -470,7 +475,7 @@ function M.oracle_examples(env, agents, seed)
   for a in pairs(agents) do out[a] = {} end
   local tasks = env.tasks("train", n, seed)
   for i, task in ipairs(tasks) do
-    for a, list in pairs(oracle_episode(env, task, mix(seed, i), tokenizers)) do
+    for a, list in pairs(oracle_episode(env, task, mix(seed, i), tokenizers, max_turns or 8)) do
       if #out[a] < agents[a].sft.examples then
         for _, ex in ipairs(list) do out[a][#out[a] + 1] = ex end
       end
@@ -487,7 +492,7 @@ local function warm_start(c)
     if c.agents[a].sft then want[a] = c.agents[a] end
   end
   if next(want) == nil then return nil end
-  local data = M.oracle_examples(c.env, want, mix(c.seed, 0xF7))
+  local data = M.oracle_examples(c.env, want, mix(c.seed, 0xF7), c.max_turns)
   local figures = {}
   for _, e in ipairs(c.engines) do
     local examples, first = {}, nil

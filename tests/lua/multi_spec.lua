@@ -25,18 +25,27 @@ function relay.tasks(split, n, seed)
   return out
 end
 function Relay:reset(task) self.task, self.phase, self.earned = task, 1, 0 end
+local relay_again = setmetatable({ name = "relay_again", tasks = function(split, n, seed)
+  local out = relay.tasks(split, n, seed)
+  for _, t in ipairs(out) do t.again = true end
+  return out
+end }, { __index = relay })
 function Relay:next(prev)
   if self.phase == 1 then return "lead", "task " .. self.task.n end
   if self.phase == 2 then
     self.phase = 3
     return "follow", "lead said: " .. self.said
   end
+  if self.phase == 3 and self.task.again then -- (relay_again: the lead speaks last, too)
+    self.phase = 4
+    return "lead", "follow is done"
+  end
   self.prev_end = prev and prev["end"]
   return nil
 end
 function Relay:step(agent, action)
   if agent == "lead" then
-    self.said, self.phase = action, 2
+    if self.phase == 1 then self.said, self.phase = action, 2 end
     return "ok", #action % 3, true, {}
   end
   local r = (#action % 2 == 0) and 10 or 0
@@ -177,6 +186,60 @@ describe("rl.multi.train", function()
         t.tokens.follow)
       assert.are.same(a.tokens, t.tokens.lead)
     end
+  end)
+
+  it("warm-starts the agents that have sft on their oracles' demonstrations, frozen ones too", function()
+    package.path = H.root .. "/?.lua;" .. package.path
+    local planact = require "envs.planact"
+    local planner, executor = model(1), model(2)
+    local p0, e0 = weights(planner, dir, "p0"), weights(executor, dir, "e0")
+    local r = rl.multi.train(opts(dir, { env = planact, steps = 0, max_turn_tokens = 12, agents = {
+      planner = { model = planner, tokenizer = tok, trainable = false, sft = { examples = 12, epochs = 1 } },
+      executor = { model = executor, tokenizer = tok } } }))
+    assert.are.equal(12, r.sft.planner.examples)
+    assert.is_number(r.sft.planner.final_loss)
+    assert.is_nil(r.sft.executor)
+    assert.are_not.equal(p0, weights(planner, dir, "p1"))
+    assert.are.equal(e0, weights(executor, dir, "e1"))
+    -- the demonstrations are the oracles' play: the planner's a plan, the executor's tries
+    local data = rl.multi.oracle_examples(planact, { planner = { sft = { examples = 3 }, tokenizer = tok },
+      executor = { sft = { examples = 3 }, tokenizer = tok } }, 7)
+    assert.are.equal(3, #data.planner)
+    assert.is_true(#data.executor >= 3)
+    local text = tok:decode(data.planner[1].tokens)
+    assert.matches("plan [rgbypo] [rgbypo]", text)
+    assert.matches("try [rgbypo]", tok:decode(data.executor[1].tokens))
+  end)
+
+  it("lets an agent act again in a later round: each invocation its own row, in its own context", function()
+    local r = rl.multi.train(opts(dir, { env = relay_again, steps = 1, agents = {
+      lead = { model = model(1), tokenizer = tok }, follow = { model = model(2), tokenizer = tok } } }))
+    assert.are.equal(16, r.history[2]["invocations/lead"])
+    assert.are.equal(8, r.history[2]["invocations/follow"])
+    local t = H.read_json_lines(dir .. "/run/trace.jsonl")[1]
+    assert.are.same({ "lead", "follow", "follow", "lead" }, { t.turns[1].agent, t.turns[2].agent, t.turns[3].agent,
+      t.turns[4].agent })
+    assert.are.same({ 1, 2, 2, 3 }, { t.turns[1].round, t.turns[2].round, t.turns[3].round, t.turns[4].round })
+    assert.are.equal(3, t.turns[4].invocation)
+    assert.are.equal("follow is done", t.turns[4].given)
+    -- a fresh context: its prompt is about as long as the first invocation's, not the history
+    assert.is_true(math.abs(t.turns[4].tokens.given - t.turns[1].tokens.given) <= #"follow is done")
+    -- both lead invocations got the finish() reward
+    local bonus = (t.turns[2].reward + t.turns[3].reward) >= 20 and 1 or 0
+    assert.are.equal(#t.turns[4].returned % 3 + bonus, t.turns[4].reward)
+    assert.are.equal(t.turns[1].reward + t.turns[4].reward, t.rewards.lead)
+  end)
+
+  it("ends an episode after max_rounds invocations, whatever next() says", function()
+    local loop = setmetatable({ name = "loop", new = function()
+      return { reset = function() end, next = function() return "lead", "more" end,
+        step = function() return "ok", 1, true, {} end }
+    end }, { __index = relay })
+    local r = rl.multi.train(opts(dir, { env = loop, steps = 1, max_rounds = 3, agents = {
+      lead = { model = model(1), tokenizer = tok }, follow = { model = model(2), tokenizer = tok } } }))
+    assert.are.equal(8 * 3, r.history[2]["invocations/lead"])
+    assert.is_nil(r.history[2]["invocations/follow"])
+    assert.are.equal(0, r.history[2]["loss/lead/updates"]) -- every row's reward 1: nothing to learn
   end)
 
   it("refuses to overwrite an earlier run unless told to", function()
