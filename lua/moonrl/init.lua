@@ -30,6 +30,8 @@ local rl = {
                             -- measured success: rl.curriculum.new{source =, sampler =, ...}
   train = require("moonrl.train"), -- the RL trainer: rl.train{model=, env=, tokenizer=, ...};
                             -- its stages: rl.train.advantage.register(name, fn), rl.train.rollout, ...
+  multi = require("moonrl.multi"), -- several policies in one run: rl.multi.train{env =, agents =
+                            -- {name = {model =, trainable =}}, advantage = "drmas" | "grpo"}
   replay = require("moonrl.replay"), -- replay buffers: rl.replay.new{capacity =, priority =, ...}
   skills = require("moonrl.skills"), -- Markdown skill repos: repo{dir =}, tools(repo), paired{...}
   synth = require("moonrl.synth"), -- task synthesis: loop{propose =, verify =, calibrate =, novelty =, pool =}
