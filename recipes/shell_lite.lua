@@ -14,8 +14,8 @@
 --   columns: greedy success within the h_max = 10 round budget on the holdout variants and on
 --   the 12 static scenarios, mean turns to root (over successes) on both.
 --
---   moonrl run recipes/shell_lite.lua [--seed 1] [--seeds 3] [--steps 40] [--sft 1600]
---        [--sft-epochs 3] [--eval 70] [--tasks 8] [--group 8] [--dim 64] [--layers 2]
+--   moonrl run recipes/shell_lite.lua [--seed 1] [--seeds 3] [--steps 30] [--sft 1600]
+--        [--sft-epochs 4] [--eval 70] [--tasks 8] [--group 8] [--dim 64] [--layers 2]
 --        [--lr 5e-4] [--arms grpo_outcome,grpo_cost] [--dir runs] [--smoke]
 --
 -- --seeds K runs seeds seed..seed+K-1 and reports mean ± sample sd; --smoke is a tiny run that
@@ -27,7 +27,7 @@ local root = os.getenv("MOONRL_ROOT") or "."
 package.path = root .. "/?.lua;" .. package.path
 local env = require "envs.shell_lite"
 
-local o, why = rl.recipe.args(arg, { seed = 1, seeds = 1, steps = 40, sft = 1600, sft_epochs = 3, eval = 70,
+local o, why = rl.recipe.args(arg, { seed = 1, seeds = 1, steps = 30, sft = 1600, sft_epochs = 4, eval = 70,
   tasks = 8, group = 8, dim = 64, layers = 2, lr = 5e-4, arms = "grpo_outcome,grpo_cost", dir = root .. "/runs",
   smoke = false })
 if not o then error("shell_lite.lua: " .. why, 0) end

@@ -17,7 +17,8 @@
 --   print(sh:uid())               --> 0
 --   local other = sh:clone()      -- an independent copy of the host
 --
--- Commands: id, whoami, sudo -l, ls <dir>, cat <file>, find suid, getcap, crontab, su <u> <pw>,
+-- A binary is named by its path or by its basename when it is in /usr/bin, /bin, /usr/local/bin,
+-- /opt/bin, /usr/sbin or /sbin (searched in that order). Commands: id, whoami, sudo -l, ls <dir>, cat <file>, find suid, getcap, crontab, su <u> <pw>,
 -- ssh <u> -i <keyfile>, sudo <bin>, <bin> -p (the GTFOBins-style escape: a root shell when the
 -- binary is a shell-capable one and is SUID root, or an interpreter with cap_setuid), echo
 -- <text>><file> (writes the file when the user may), wait (time passes: root's cron jobs run;
@@ -46,7 +47,7 @@ local INTERP = [==[
 local SHELLS, INTERP = {}, {}
 for w in ("@SHELLS@"):gmatch("%S+") do SHELLS[w] = true end
 for w in ("@INTERP@"):gmatch("%S+") do INTERP[w] = true end
-local BIN_DIRS = { "/usr/bin/", "/bin/", "/usr/local/bin/", "/usr/sbin/", "/sbin/" }
+local BIN_DIRS = { "/usr/bin/", "/bin/", "/usr/local/bin/", "/opt/bin/", "/usr/sbin/", "/sbin/" }
 
 local function ser(v)
   local t = type(v)
