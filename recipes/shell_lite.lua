@@ -14,9 +14,9 @@
 --   columns: greedy success within the h_max = 10 round budget on the holdout variants and on
 --   the 12 static scenarios, mean turns to root (over successes) on both.
 --
---   moonrl run recipes/shell_lite.lua [--seed 1] [--seeds 3] [--steps 30] [--sft 1600]
+--   moonrl run recipes/shell_lite.lua [--seed 1] [--seeds 3] [--steps 80] [--sft 1600]
 --        [--sft-epochs 4] [--eval 70] [--tasks 8] [--group 8] [--dim 64] [--layers 2]
---        [--lr 5e-4] [--arms grpo_outcome,grpo_cost] [--dir runs] [--smoke]
+--        [--lr 2e-4] [--arms grpo_outcome,grpo_cost] [--dir runs] [--smoke]
 --
 -- --seeds K runs seeds seed..seed+K-1 and reports mean ± sample sd; --smoke is a tiny run that
 -- only shows the recipe works. Files go to <dir>/shell_lite-<arm>-s<seed>/. The README
@@ -27,8 +27,8 @@ local root = os.getenv("MOONRL_ROOT") or "."
 package.path = root .. "/?.lua;" .. package.path
 local env = require "envs.shell_lite"
 
-local o, why = rl.recipe.args(arg, { seed = 1, seeds = 1, steps = 30, sft = 1600, sft_epochs = 4, eval = 70,
-  tasks = 8, group = 8, dim = 64, layers = 2, lr = 5e-4, arms = "grpo_outcome,grpo_cost", dir = root .. "/runs",
+local o, why = rl.recipe.args(arg, { seed = 1, seeds = 1, steps = 80, sft = 1600, sft_epochs = 4, eval = 70,
+  tasks = 8, group = 8, dim = 64, layers = 2, lr = 2e-4, arms = "grpo_outcome,grpo_cost", dir = root .. "/runs",
   smoke = false })
 if not o then error("shell_lite.lua: " .. why, 0) end
 if o.smoke then
