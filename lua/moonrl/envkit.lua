@@ -1,6 +1,13 @@
 -- moonrl.envkit (rl.envkit): pieces for writing environments: costs in named currencies, noise
 -- planned per episode and fired per turn, personas, and macro actions. Each draws only from the
--- seed it is given, so one seed gives one plan in every process.
+-- seed it is given, so one seed gives one plan in every process. Also a state block (a compact
+-- state line rendered into each observation, for constant-context agents) and copies (one
+-- agent's action applied to n copies of an environment per turn, DPEPO-style).
+--
+--   local block = kit.state_block { fields = { "user", { name = "found", kind = "set" } } }
+--   self.state = block:tracker(); self.state:set("user", "bob"); self.state:add("found", "sudo")
+--   return self.state:wrap(obs)                 --> "[user=bob found=sudo] obs"
+--   local twin = kit.copies { env = require "envs.shell_lite", n = 3 }  -- an environment module
 --
 --   local kit = rl.envkit
 --   local prices = kit.costs { currencies = { "money", "discomfort" },
@@ -523,5 +530,231 @@ function Macros:step(instance, action, parsed, primitive)
   return obs, total, done, info
 end
 
+-- ---------------------------------------------------------------- state block
+
+local StateBlock = { __name = "moonrl.envkit.state_block" }
+StateBlock.__index = StateBlock
+local Tracker = { __name = "moonrl.envkit.tracker" }
+Tracker.__index = Tracker
+
+-- rl.envkit.state_block{fields = {{name =, kind = "value" | "set", keep = 4}, ...}, max_bytes =
+-- 64, sep = " ", prefix = "[", suffix = "] "}: a compact state line for constant-context agents.
+-- The environment keeps what the agent has learnt in a tracker (block:tracker(), one per
+-- episode) and renders it into each observation (tracker:wrap(obs)), so that a policy which sees
+-- only the latest observation still knows the episode's state. A field is a value (set replaces
+-- it) or a set (add appends a new item, keeping the last `keep`); names are a string (a field
+-- `{name = "user"}` is a value). render() writes the non-empty fields in declared order,
+-- `name=value` or `name=a,b`, cut at max_bytes.
+function M.state_block(opts)
+  local where = "rl.envkit.state_block"
+  local o = argcheck.fields(where, opts, {
+    { "fields", nil, argcheck.list_of(function(v)
+      if type(v) == "string" or type(v) == "table" then return nil end
+      return "x"
+    end, "a non-empty list of field names or {name =, kind =, keep =}"), required = true },
+    { "max_bytes", 64, argcheck.integer(1) },
+    { "sep", " ", argcheck.string },
+    { "prefix", "[", argcheck.string },
+    { "suffix", "] ", argcheck.string },
+  }, 2)
+  local fields, names = {}, {}
+  for i, f in ipairs(o.fields) do
+    if type(f) == "string" then f = { name = f } end
+    local fo = argcheck.fields(string.format("%s: fields[%d]", where, i), f, {
+      { "name", nil, name_check, required = true },
+      { "kind", "value", argcheck.one_of { "value", "set" } },
+      { "keep", 4, argcheck.integer(1) },
+    }, 2)
+    fields[i], names[i] = fo, fo.name
+  end
+  local dup = duplicate(names)
+  if dup then argcheck.fail(where, string.format("fields: '%s' appears twice", dup), 2) end
+  local by = {}
+  for _, f in ipairs(fields) do by[f.name] = f end
+  return setmetatable({ fields = fields, by = by, max_bytes = o.max_bytes, sep = o.sep, prefix = o.prefix,
+    suffix = o.suffix }, StateBlock)
+end
+
+-- block:tracker() -> an empty tracker for one episode.
+function StateBlock:tracker()
+  local values = {}
+  for _, f in ipairs(self.fields) do values[f.name] = f.kind == "set" and {} or nil end
+  return setmetatable({ block = self, values = values }, Tracker)
+end
+
+local function field_of(tracker, where, name, kind)
+  local f = tracker.block.by[name]
+  if not f then
+    local near = type(name) == "string" and argcheck.nearest(name, (function()
+      local l = {}
+      for _, x in ipairs(tracker.block.fields) do l[#l + 1] = x.name end
+      return l
+    end)())
+    error(string.format("%s: unknown field %s%s", where, argcheck.describe(name),
+      near and string.format(" (did you mean '%s'?)", near) or ""), 3)
+  end
+  if kind and f.kind ~= kind then
+    error(string.format("%s: field '%s' is a %s", where, name, f.kind), 3)
+  end
+  return f
+end
+
+local function item_check(where, v)
+  if type(v) ~= "string" and type(v) ~= "number" and type(v) ~= "boolean" then
+    error(string.format("%s: value: a string, number or boolean expected, got %s", where, argcheck.describe(v)), 3)
+  end
+  return tostring(v)
+end
+
+-- tracker:set(name, value): a value field's value (nil clears it). Returns whether it changed.
+function Tracker:set(name, value)
+  field_of(self, "tracker:set", name, "value")
+  if value ~= nil then value = item_check("tracker:set", value) end
+  local changed = self.values[name] ~= value
+  self.values[name] = value
+  return changed
+end
+
+-- tracker:add(name, item): appends item to a set field unless it is there already (the oldest
+-- goes past `keep`). Returns whether it was new.
+function Tracker:add(name, item)
+  local f = field_of(self, "tracker:add", name, "set")
+  item = item_check("tracker:add", item)
+  local list = self.values[name]
+  for _, x in ipairs(list) do
+    if x == item then return false end
+  end
+  list[#list + 1] = item
+  if #list > f.keep then table.remove(list, 1) end
+  return true
+end
+
+-- tracker:get(name) -> the value (a string or nil) or a copy of the set's items.
+function Tracker:get(name)
+  local f = field_of(self, "tracker:get", name)
+  local v = self.values[name]
+  if f.kind == "set" then return table.move(v, 1, #v, 1, {}) end
+  return v
+end
+
+-- tracker:render() -> the state line ("" when every field is empty).
+function Tracker:render()
+  local parts = {}
+  for _, f in ipairs(self.block.fields) do
+    local v = self.values[f.name]
+    if f.kind == "set" then v = #v > 0 and table.concat(v, ",") or nil end
+    if v ~= nil then parts[#parts + 1] = f.name .. "=" .. v end
+  end
+  local line = table.concat(parts, self.block.sep)
+  if #line > self.block.max_bytes then line = line:sub(1, self.block.max_bytes) end
+  return line
+end
+
+-- tracker:wrap(observation) -> prefix .. render() .. suffix .. observation (the observation alone
+-- while the state is empty).
+function Tracker:wrap(obs)
+  local line = self:render()
+  obs = obs == nil and "" or tostring(obs)
+  if line == "" then return obs end
+  return self.block.prefix .. line .. self.block.suffix .. obs
+end
+
+-- An independent copy (for an instance's clone()).
+function Tracker:clone()
+  local values = {}
+  for _, f in ipairs(self.block.fields) do
+    local v = self.values[f.name]
+    values[f.name] = f.kind == "set" and table.move(v, 1, #v, 1, {}) or v
+  end
+  return setmetatable({ block = self.block, values = values }, Tracker)
+end
+
+-- ---------------------------------------------------------------- copies (DPEPO)
+
+-- rl.envkit.copies{env =, n = 2, variant = nil, join = "\n", success = "all" | "any" | "mean",
+-- name = nil}: an environment module in which one agent's action goes to n copies of `env` each
+-- turn (DPEPO's parallel environments). Copy i is reset with variant(task, i) (the task itself
+-- when unset) and an rng drawn from the episode's; each turn the action is stepped in every copy
+-- not yet done (parsed once), the observation is the copies' observations, "i: obs" joined with
+-- `join` (a finished copy shows "done"), the reward their mean, and the episode ends when every
+-- copy has. info.success: every copy succeeded ("all"), at least one ("any"), or the fraction as
+-- info.success_rate with success = all ("mean"); info.copies = {{reward =, done =, success =},
+-- ...} for the turn; costs summed over the copies. tasks, oracle (copy 1's), format and system
+-- are env's; the instance clones when env's does.
+function M.copies(opts)
+  local where = "rl.envkit.copies"
+  local o = argcheck.fields(where, opts, {
+    { "env", nil, argcheck.table, required = true },
+    { "n", 2, argcheck.integer(1) },
+    { "variant", nil, argcheck.func },
+    { "join", "\n", argcheck.string },
+    { "success", "all", argcheck.one_of { "all", "any", "mean" } },
+    { "name", nil, argcheck.string },
+  }, 2)
+  local env = o.env
+  if type(env.new) ~= "function" or type(env.tasks) ~= "function" then
+    argcheck.fail(where, "env: an environment module (new, tasks) expected", 2)
+  end
+  local W = { name = o.name or (tostring(env.name) .. "-x" .. o.n), format = env.format, system = env.system,
+    max_turns = env.max_turns, tasks = env.tasks, oracle = env.oracle, tools = env.tools, copies = o.n }
+  local Inst = { __name = "moonrl.envkit.copies" }
+  Inst.__index = Inst
+  function W.new() return setmetatable({ insts = {}, done = {}, success = {} }, Inst) end
+  function Inst:reset(task, rng)
+    local texts = {}
+    for i = 1, o.n do
+      local t = o.variant and o.variant(task, i) or task
+      local sub = rng and core.rng(rng:random(0, 0x3FFFFFFFFFFFFFFF)) or core.rng(i)
+      self.insts[i], self.done[i], self.success[i] = env.new(), false, false
+      texts[i] = i .. ": " .. tostring(self.insts[i]:reset(t, sub))
+    end
+    return table.concat(texts, o.join)
+  end
+  function Inst:step(action, parsed)
+    parsed = parsed or parse.parse(action, env.format or "line")
+    local texts, total, all_done, per, costs, any_call = {}, 0, true, {}, nil, false
+    for i = 1, o.n do
+      if self.done[i] then
+        texts[i] = i .. ": done"
+        per[i] = { reward = 0, done = true, success = self.success[i] }
+      else
+        local obs, r, d, info = self.insts[i]:step(action, parsed)
+        r = r or 0
+        if type(r) ~= "number" then error(string.format("copies: copy %d returned a reward that is not a number", i), 2) end
+        total = total + r
+        self.done[i] = d and true or false
+        if type(info) == "table" and info.success ~= nil then self.success[i] = info.success and true or false end
+        if type(info) == "table" and type(info.costs) == "table" then
+          costs = costs or {}
+          local names = {}
+          for name in pairs(info.costs) do names[#names + 1] = name end
+          table.sort(names)
+          for _, name in ipairs(names) do costs[name] = (costs[name] or 0) + info.costs[name] end
+        end
+        if type(info) == "table" and info.tool_call == true then any_call = true end
+        texts[i] = i .. ": " .. (obs == nil and (d and "done" or "") or tostring(obs))
+        per[i] = { reward = r, done = self.done[i], success = self.success[i] }
+      end
+      all_done = all_done and self.done[i]
+    end
+    local wins = 0
+    for i = 1, o.n do if self.success[i] then wins = wins + 1 end end
+    local info = { copies = core.json.array(per), costs = costs, tool_call = any_call or nil }
+    if o.success == "any" then info.success = wins > 0
+    else info.success = wins == o.n end
+    if o.success == "mean" then info.success_rate = wins / o.n end
+    return table.concat(texts, o.join), total / o.n, all_done, info
+  end
+  if type(env.new().clone) == "function" then
+    function Inst:clone()
+      local c = setmetatable({ insts = {}, done = {}, success = {} }, Inst)
+      for i = 1, o.n do c.insts[i], c.done[i], c.success[i] = self.insts[i]:clone(), self.done[i], self.success[i] end
+      return c
+    end
+  end
+  return W
+end
+
 M.Costs, M.Ledger, M.Noise, M.Plan, M.Personas, M.Macros = Costs, Ledger, Noise, Plan, Personas, Macros
+M.StateBlock, M.Tracker = StateBlock, Tracker
 return M

@@ -23,6 +23,8 @@ local rl = {
   env = require("moonrl.env"), -- the environment protocol
   envkit = require("moonrl.envkit"), -- for writing environments: costs{...}, noise{...},
                             -- personas{...}, macros{...} (moonrl.envkit)
+  shell = require("moonrl.shell"), -- a simulated Linux host whose commands run in the
+                            -- restricted Lua sandbox: new(spec):run("sudo -l"), exec, host
   parse = require("moonrl.parse"), -- tool-call and answer parsing (line and Hermes formats)
   batch = require("moonrl.batch"), -- trajectory batches: stats, select, concat, to_jsonl, load
   reward = require("moonrl.reward"), -- reward graphs: rl.reward.graph{terms = {...}}, judges, load

@@ -360,3 +360,131 @@ describe("rl.envkit", function()
     assert.truthy(msg:find("envkit_spec.lua:" .. line .. ":", 1, true), msg)
   end)
 end)
+
+describe("rl.envkit state blocks and copies", function()
+  local kit = rl.envkit
+
+  it("a state block renders the tracked fields in declared order, cut at max_bytes", function()
+    local block = kit.state_block { fields = { "user", { name = "found", kind = "set", keep = 2 }, "goal" },
+      max_bytes = 30 }
+    local st = block:tracker()
+    assert.are.equal("", st:render())
+    assert.are.equal("uid=1000", st:wrap("uid=1000"))
+    assert.is_true(st:set("user", "bob"))
+    assert.is_false(st:set("user", "bob"))
+    assert.is_true(st:add("found", "sudo"))
+    assert.is_false(st:add("found", "sudo"))
+    assert.are.equal("[user=bob found=sudo] ok", st:wrap("ok"))
+    st:add("found", "suid")
+    st:add("found", "cron") -- keep = 2: the oldest item leaves
+    assert.are.same({ "suid", "cron" }, st:get("found"))
+    st:set("goal", 0)
+    local full = "user=bob found=suid,cron goal=0" -- 31 bytes, cut to 30
+    assert.are.equal(full:sub(1, 30), st:render())
+    st:set("goal", nil)
+    assert.are.equal("user=bob found=suid,cron", st:render())
+    local c = st:clone()
+    c:set("user", "root")
+    c:add("found", "caps")
+    assert.are.equal("user=bob found=suid,cron", st:render())
+    assert.are.equal("user=root found=cron,caps", c:render())
+    local other = kit.state_block { fields = { "a" }, prefix = "<", suffix = ">", sep = ";" }:tracker()
+    other:set("a", true)
+    assert.are.equal("<a=true>x", other:wrap("x"))
+  end)
+
+  it("state block misuse raises naming the field", function()
+    local block = kit.state_block { fields = { "user", { name = "found", kind = "set" } } }
+    local st = block:tracker()
+    local cases = {
+      { function() st:set("usr", "x") end, "tracker:set: unknown field \"usr\" (did you mean 'user'?)" },
+      { function() st:set("found", "x") end, "tracker:set: field 'found' is a set" },
+      { function() st:add("user", "x") end, "tracker:add: field 'user' is a value" },
+      { function() st:add("found", {}) end, "tracker:add: value: a string, number or boolean expected" },
+      { function() kit.state_block { fields = {} } end, "rl.envkit.state_block: fields: a non-empty list" },
+      { function() kit.state_block { fields = { "a", "a" } } end, "fields: 'a' appears twice" },
+      { function() kit.state_block { fields = { { name = "a", kind = "bag" } } } end, "fields[1]: kind" },
+      { function() kit.state_block { fields = { "a" }, max_byte = 3 } end, "unknown field 'max_byte' (did you mean 'max_bytes'?)" },
+    }
+    for _, c in ipairs(cases) do
+      local ok, err = pcall(c[1])
+      assert.is_false(ok)
+      assert.truthy(tostring(err):find(c[2], 1, true), tostring(err))
+    end
+  end)
+
+  -- A counter environment: the task says how many "inc" actions reach the goal; copy i of
+  -- copies{variant} needs task.n + i - 1 of them.
+  local Counter = { name = "counter", format = "line", max_turns = 6 }
+  function Counter.tasks(_, n) local t = {} for i = 1, n do t[i] = { n = 2 } end return t end
+  function Counter.oracle(task) local a = {} for i = 1, task.n do a[i] = "inc" end return a end
+  local CI = {}
+  CI.__index = CI
+  function Counter.new() return setmetatable({}, CI) end
+  function CI:reset(task) self.need, self.at = task.n, 0 return "need " .. task.n end
+  function CI:step(action)
+    if action ~= "inc" then return "?", -0.5, false, { costs = { money = 1 } } end
+    self.at = self.at + 1
+    local won = self.at >= self.need
+    if won then return nil, 1, true, { success = true, costs = { money = 2 } } end
+    return "at " .. self.at, 0, false, { success = false, costs = { money = 2 } }
+  end
+  function CI:clone() return setmetatable({ need = self.need, at = self.at }, CI) end
+
+  it("copies step one action in every copy, aggregate observations, rewards and success", function()
+    local W = kit.copies { env = Counter, n = 3, variant = function(task, i) return { n = task.n + i - 1 } end }
+    assert.are.equal("counter-x3", W.name)
+    assert.are.equal(Counter.tasks, W.tasks)
+    local inst = W.new()
+    assert.are.equal("1: need 2\n2: need 3\n3: need 4", inst:reset({ n = 2 }, rl.rng(1)))
+    local obs, r, done, info = inst:step("bad")
+    assert.are.equal("1: ?\n2: ?\n3: ?", obs)
+    assert.are.equal(-0.5, r)
+    assert.is_false(done)
+    assert.are.same({ money = 3 }, info.costs)
+    inst:step("inc")
+    local c = inst:clone()
+    obs, r, done, info = inst:step("inc") -- copy 1 wins
+    assert.are.equal("1: done\n2: at 2\n3: at 2", obs)
+    assert.are.equal(1 / 3, r)
+    assert.is_false(done)
+    assert.is_false(info.success)
+    assert.are.same({ money = 6 }, info.costs)
+    inst:step("inc")
+    obs, r, done, info = inst:step("inc")
+    assert.are.equal("1: done\n2: done\n3: done", obs)
+    assert.is_true(done)
+    assert.is_true(info.success)
+    assert.are.same({ money = 2 }, info.costs) -- only copy 3 was still running
+    -- the clone went on from the state it was taken in
+    obs = c:step("inc")
+    assert.are.equal("1: done\n2: at 2\n3: at 2", obs)
+    -- "any" and "mean"
+    local any = kit.copies { env = Counter, n = 2, success = "mean", variant = function(t, i) return { n = i } end }.new()
+    any:reset({ n = 1 })
+    local _, _, d, inf = any:step("inc")
+    assert.is_false(d)
+    assert.are.equal(0.5, inf.success_rate)
+    assert.is_false(inf.success)
+    local anyw = kit.copies { env = Counter, n = 2, success = "any", variant = function(t, i) return { n = i } end }.new()
+    anyw:reset({ n = 1 })
+    assert.is_true(select(4, anyw:step("inc")).success)
+  end)
+
+  it("copies run through the rollout protocol and reject bad options", function()
+    local W = kit.copies { env = Counter, n = 2 }
+    local inst, record = W.new(), {}
+    inst:reset({ n = 2 }, rl.rng(3))
+    for _ = 1, 2 do rl.env.step(W, inst, "inc", record) end
+    assert.is_true(record[2].done)
+    assert.is_true(record[2].info.success)
+    assert.are.equal(1, record[2].reward)
+    local ok, err = pcall(kit.copies, { env = Counter, n = 0 })
+    assert.is_false(ok)
+    assert.truthy(err:find("rl.envkit.copies: n", 1, true))
+    ok, err = pcall(kit.copies, { env = {}, n = 2 })
+    assert.truthy(err:find("env: an environment module", 1, true))
+    ok, err = pcall(kit.copies, { env = Counter, sucess = "all" })
+    assert.truthy(err:find("did you mean 'success'", 1, true))
+  end)
+end)
