@@ -294,13 +294,16 @@ local function remove_entries(self, doomed)
   self.entries = keep
 end
 
--- Evicts the entries of lowest weight at step (ties: the oldest) until the buffer fits.
+-- Evicts the entries of lowest weight at step (ties: the oldest) until the buffer fits; entries
+-- resolved but not yet taken by sample{resolved = true} go last.
 local function fit(self, step)
   if self.size <= self.cfg.capacity then return end
   local w = self:_weights(step)
   local order = {}
   for i = 1, #self.entries do order[i] = i end
   table.sort(order, function(a, b)
+    local fa, fb = self.entries[a].fresh == true, self.entries[b].fresh == true
+    if fa ~= fb then return fb end
     if w[a] ~= w[b] then return w[a] < w[b] end
     return self.entries[a].records[1].key < self.entries[b].records[1].key
   end)

@@ -81,7 +81,8 @@ end
 function M.draw(ctx, batch, step)
   local c = ctx.cfg
   local buf = c.replay.buffer
-  local before = counters(buf)
+  local before = ctx.replay_before or counters(buf) -- (delayed: from before the backfills)
+  ctx.replay_before = nil
   local n = M.count(ctx, batch)
   local resolved = c.delayed ~= nil and c.delayed.mode == "backfill"
   local replayed
@@ -182,6 +183,7 @@ function M.resolve(ctx, step, mt)
   if d.mode ~= "backfill" then return mt end
   local buf = c.replay.buffer
   local before = buf:stats()
+  ctx.replay_before = counters(buf) -- a backfill may evict by capacity: this step's replay/*
   local pending = buf:pending()
   if #pending > 0 then
     local fn = d.resolve or c.env.resolve
