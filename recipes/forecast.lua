@@ -4,7 +4,9 @@
 -- One SFT warm start on the environment's imperfect oracle (random sources, the raw fraction of
 -- ups: overconfident) is shared by every arm; each arm loads it and trains with the same seed,
 -- the same questions in the same order and the same number of steps (equal environment
--- interactions); GRPO, PPO clip 0.2 / 0.28, lr 1e-3.
+-- interactions); Dr. GRPO (--advantage; GRPO's division by the group's reward spread makes the
+-- Brier score improper: a group whose toss went the likely way has a small spread and its
+-- advantages are scaled up, which rewards overconfidence), PPO clip 0.2 / 0.28, lr 1e-3.
 --
 -- FutureWorld arms (the default):
 --   immediate  every question resolves at once: the reward is known at rollout (upper bound);
@@ -32,8 +34,8 @@
 --
 --   moonrl run recipes/forecast.lua [--seed 1] [--seeds 3] [--per] [--arms immediate,backfill,discard]
 --     [--steps 60] [--delay 5] [--quick 0.25] [--replay-ratio 0] [--tasks 8] [--group 8]
---     [--sft-examples 2000] [--sft-epochs 2] [--eval-tasks 400] [--rounds 3] [--lr 1e-3]
---     [--dim 64] [--layers 2] [--dir runs] [--smoke]
+--     [--sft-examples 4000] [--sft-epochs 4] [--eval-tasks 400] [--rounds 4] [--lr 1e-3]
+--     [--advantage drgrpo] [--dim 64] [--layers 2] [--dir runs] [--smoke]
 --
 -- --seeds n runs the whole recipe for seeds seed .. seed + n - 1 (each with its own SFT),
 -- printing each seed's table and then the mean ± spread (sample standard deviation). --smoke is
