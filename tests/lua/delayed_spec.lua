@@ -183,6 +183,21 @@ describe("rl.replay: pending entries", function()
     assert.are.equal(3, pr[1])
   end)
 
+  it("spares resolved entries from capacity eviction until a draw with resolved = true has taken them", function()
+    local buf = rl.replay.new { capacity = 4, unit = "episode", priority = "reward", staleness = 0, seed = 1 }
+    buf:add(make_batch(1, 4, function() return 10 end), 1)        -- keys 1-4, priority 10.25
+    buf:add_pending(make_batch(1, 2, zero, 5), 1, { "low", "low" }) -- keys 5-6
+    buf:backfill("low", -0.25, 2)                                -- reward 0: the lowest weights
+    local st = buf:stats()
+    assert.are.same({ 4, 2 }, { st.size, st.evicted_capacity })
+    assert.are.same({ 3, 4, 5, 6 }, buf:batch().keys) -- the oldest high ones went (ties: the oldest)
+    local b = buf:sample(0, 2, { resolved = true })
+    assert.are.same({ 5, 6 }, b.keys)
+    -- once taken they are ordinary entries, and the lowest weights go first again
+    buf:add(make_batch(1, 1, function() return 10 end, 9), 3)
+    assert.are.same({ 3, 4, 6, 7 }, buf:batch().keys)
+  end)
+
   it("weighs a resolved entry's tokens by min(pi / pi_behaviour, max_ratio), its ratio exp(mean log ratio)", function()
     local cap = 1.5
     local buf = rl.replay.new { capacity = 16, max_ratio = cap, seed = 2 }
