@@ -12,6 +12,22 @@
 --   buf:update(b.keys, new_priorities)
 --   buf:stats(), buf:state(), buf:load(state)
 --
+-- Delayed rewards (FutureWorld's backfill): episodes whose reward is not known when they are
+-- rolled out wait in the buffer as pending entries, out of every draw, until it arrives:
+--   buf:add_pending(batch, step, keys)  -- keys[i]: episode i's pending key (a string or an
+--                                       -- integer; one key may name many episodes: an event)
+--   buf:pending()                       -- {{key =, step =, episodes =, task =}, ...}
+--   buf:backfill(key, reward [, step])  -- reward: a number or function(episode) -> number;
+--                                       -- true, or nil and a message (unknown or closed key)
+--   buf:discard(key [, step])           -- the key's episodes dropped; true | nil, message
+--   buf:sample(n, step, { logprobs = f, resolved = true })  -- every entry that became drawable
+--                                       -- since the last such call first, then n draws
+-- A backfilled reward is added to the episode's last turn (ep.rewards, ep.record) and to
+-- ep.reward (ep.backfilled, ep.resolved_step record it); an entry becomes drawable (with the
+-- age of its rollout step) once none of its episodes waits, its priority then taken under the
+-- buffer's rule ("abs_adv", which needs advantages, starts at the largest stored priority, as
+-- PER gives new transitions). Pending entries do not count towards capacity or size.
+--
 -- An entry is a whole group of episodes (unit = "group", the default: group estimators see
 -- every member again) or one episode (unit = "episode"). Its sampling weight is
 --   w = max(priority, 1e-6)^alpha * exp(-age / age_decay),      age = step - the step it was added
@@ -93,14 +109,17 @@ end
 
 -- Empties the buffer (its options and seed stay; the counters restart).
 function Buffer:clear()
-  self.entries = {}   -- in key order (the order they were added)
-  self.by_key = {}    -- episode key -> {entry =, record =}
-  self.size = 0       -- episodes held
+  self.entries = {}   -- drawable entries, in the order they became drawable (added, resolved)
+  self.by_key = {}    -- episode key -> {entry =, record =} (drawable entries' episodes)
+  self.size = 0       -- episodes in drawable entries
   self.next_key = 1
   self.draws = 0      -- sample calls so far (the k of the k-th call's stream)
   self.now = 0        -- the latest step seen
+  self.held = {}      -- entries with a pending episode, in the order they were added
+  self.waiting = {}   -- pending key -> episodes waiting under it
+  self.closed = {}    -- pending key -> {how = "resolved" | "discarded", step =}
   self.counts = { added = 0, evicted_capacity = 0, evicted_ratio = 0, sampled = 0,
-    stale_picks = 0, rescored = 0 }
+    stale_picks = 0, rescored = 0, held = 0, resolved = 0, discarded = 0 }
 end
 
 -- ---------------------------------------------------------------- episodes as plain data
@@ -240,10 +259,11 @@ local function entry_priority(entry)
   return sum / #entry.records
 end
 
--- Every entry's sampling weight at step (C: moonrl.core.replay.weights).
-function Buffer:_weights(step)
+-- The sampling weight at step of every entry of list (default: every drawable entry) (C:
+-- moonrl.core.replay.weights).
+function Buffer:_weights(step, list)
   local pr, age = {}, {}
-  for i, e in ipairs(self.entries) do pr[i], age[i] = entry_priority(e), step - e.step end
+  for i, e in ipairs(list or self.entries) do pr[i], age[i] = entry_priority(e), step - e.step end
   if #pr == 0 then return {} end
   local decay = self.cfg.age_decay or math.huge
   return creplay.weights { priority = pr, age = age, alpha = self.cfg.alpha, decay = decay,
@@ -274,13 +294,16 @@ local function remove_entries(self, doomed)
   self.entries = keep
 end
 
--- Evicts the entries of lowest weight at step (ties: the oldest) until the buffer fits.
+-- Evicts the entries of lowest weight at step (ties: the oldest) until the buffer fits; entries
+-- resolved but not yet taken by sample{resolved = true} go last.
 local function fit(self, step)
   if self.size <= self.cfg.capacity then return end
   local w = self:_weights(step)
   local order = {}
   for i = 1, #self.entries do order[i] = i end
   table.sort(order, function(a, b)
+    local fa, fb = self.entries[a].fresh == true, self.entries[b].fresh == true
+    if fa ~= fb then return fb end
     if w[a] ~= w[b] then return w[a] < w[b] end
     return self.entries[a].records[1].key < self.entries[b].records[1].key
   end)
@@ -295,6 +318,17 @@ local function fit(self, step)
   remove_entries(self, doomed)
 end
 
+-- The units of a batch: lists of episode numbers (groups, or one episode each).
+local function units_of(self, batch)
+  local units = {}
+  if self.cfg.unit == "group" then
+    for _, g in ipairs(batch:groups()) do units[#units + 1] = g.members end
+  else
+    for i = 1, batch:size() do units[#units + 1] = { i } end
+  end
+  return units
+end
+
 -- buf:add(batch, step) -> the number of episodes added: every episode of the batch, in groups
 -- (unit = "group": one entry per group, however many groups the batch holds) or one by one.
 -- Stored episodes get a group id of their own entry (-key), so that replayed groups never mix
@@ -305,12 +339,7 @@ function Buffer:add(batch, step)
     error("replay: add: step: an integer expected, got " .. argcheck.describe(step), 2)
   end
   local prio = self:priorities(batch)
-  local units = {}
-  if self.cfg.unit == "group" then
-    for _, g in ipairs(batch:groups()) do units[#units + 1] = g.members end
-  else
-    for i = 1, batch:size() do units[#units + 1] = { i } end
-  end
+  local units = units_of(self, batch)
   for _, members in ipairs(units) do
     if #members > self.cfg.capacity then
       error(string.format("replay: add: a group of %d episodes does not fit capacity = %d",
@@ -334,6 +363,232 @@ function Buffer:add(batch, step)
   self.counts.added = self.counts.added + batch:size()
   fit(self, step)
   return batch:size()
+end
+
+-- ---------------------------------------------------------------- delayed rewards
+
+-- A pending key as the buffer keeps it (a string; an integer becomes its decimal text), or nil.
+local function pending_key(v)
+  if type(v) == "string" and v ~= "" then return v end
+  if math.type(v) == "integer" then return tostring(v) end
+  return nil
+end
+M.pending_key = pending_key
+
+-- buf:add_pending(batch, step, keys) -> the number of episodes held: the batch's episodes (with
+-- their behaviour log-probs) as pending entries, episode i waiting under keys[i] (a string or
+-- an integer) until buf:backfill or buf:discard closes its key. They are never drawn, evicted
+-- or counted in size meanwhile.
+function Buffer:add_pending(batch, step, keys)
+  check_batch(batch, "replay: add_pending")
+  if math.type(step) ~= "integer" then
+    error("replay: add_pending: step: an integer expected, got " .. argcheck.describe(step), 2)
+  end
+  if type(keys) ~= "table" or #keys ~= batch:size() then
+    error(string.format("replay: add_pending: keys: a list of %d pending keys expected (one per "
+      .. "episode), got %s", batch:size(), argcheck.describe(keys)), 2)
+  end
+  local norm = {}
+  for i = 1, batch:size() do
+    norm[i] = pending_key(keys[i])
+    if not norm[i] then
+      error(string.format("replay: add_pending: keys[%d]: a non-empty string or an integer "
+        .. "expected, got %s", i, argcheck.describe(keys[i])), 2)
+    end
+  end
+  local units = units_of(self, batch)
+  for _, members in ipairs(units) do
+    if #members > self.cfg.capacity then
+      error(string.format("replay: add_pending: a group of %d episodes does not fit capacity = %d",
+        #members, self.cfg.capacity), 2)
+    end
+  end
+  self.now = math.max(self.now, step)
+  for _, members in ipairs(units) do
+    local entry = { step = step, last = step, records = {}, waiting = #members }
+    local gid = -self.next_key
+    for _, i in ipairs(members) do
+      local rec = record_from(batch, i, self.next_key, 0)
+      rec.adv = nil -- (advantages of an episode without its reward mean nothing)
+      rec.pending = norm[i]
+      rec.batch.episodes[1].group = gid
+      rec.batch.episodes[1].pending = norm[i]
+      self.next_key = self.next_key + 1
+      entry.records[#entry.records + 1] = rec
+      self.waiting[norm[i]] = (self.waiting[norm[i]] or 0) + 1
+    end
+    self.held[#self.held + 1] = entry
+  end
+  self.counts.held = self.counts.held + batch:size()
+  return batch:size()
+end
+
+-- buf:pending() -> the keys episodes wait under, in the order they were first held: {{key =,
+-- step = the earliest rollout step among its episodes, episodes = how many wait, task = the
+-- first one's task}, ...}.
+function Buffer:pending()
+  local out, at = {}, {}
+  for _, e in ipairs(self.held) do
+    for _, r in ipairs(e.records) do
+      local k = r.pending
+      if k then
+        local p = at[k]
+        if not p then
+          p = { key = k, step = e.step, episodes = 0, task = r.batch.episodes[1].task }
+          at[k] = p
+          out[#out + 1] = p
+        end
+        p.episodes = p.episodes + 1
+        p.step = math.min(p.step, e.step)
+      end
+    end
+  end
+  return out
+end
+
+-- Why key cannot be closed (nil, message), or its normalised form.
+local function open_key(self, key, where)
+  local k = pending_key(key)
+  if not k then
+    error(string.format("replay: %s: key: a non-empty string or an integer expected, got %s",
+      where, argcheck.describe(key)), 3)
+  end
+  if self.waiting[k] then return k end
+  local done = self.closed[k]
+  if done then
+    return nil, string.format("replay: %s: key %q was %s at step %d already", where, k, done.how,
+      done.step)
+  end
+  return nil, string.format("replay: %s: no episode waits under key %q", where, k)
+end
+
+local function step_arg(self, step, where)
+  if step == nil then return self.now end
+  if math.type(step) ~= "integer" then
+    error(string.format("replay: %s: step: an integer expected, got %s", where,
+      argcheck.describe(step)), 3)
+  end
+  return step
+end
+
+-- The largest priority among the drawable episodes (1 when there is none).
+local function max_priority(self)
+  local m
+  for _, e in ipairs(self.entries) do
+    for _, r in ipairs(e.records) do m = math.max(m or r.priority, r.priority) end
+  end
+  return m or 1
+end
+
+-- A held entry none of whose episodes waits any more becomes drawable: its priorities under
+-- the buffer's rule, its episodes keyed, marked fresh (sample's resolved = true takes it).
+local function promote(self, entry)
+  entry.waiting = nil
+  entry.fresh = true
+  if self.cfg.priority == "abs_adv" then
+    local p = max_priority(self)
+    for _, r in ipairs(entry.records) do r.priority = p end
+  else
+    local parts = {}
+    for j, r in ipairs(entry.records) do parts[j] = r.batch end
+    local pr = self:priorities(batchlib.concat(parts))
+    for j, r in ipairs(entry.records) do r.priority = pr[j] end
+  end
+  for _, r in ipairs(entry.records) do self.by_key[r.key] = { entry = entry, record = r } end
+  self.entries[#self.entries + 1] = entry
+  self.size = self.size + #entry.records
+end
+
+-- Closes key: f(record) on each record waiting under it (in order), then the entries left
+-- without a waiting episode become drawable (those left with no episode at all go).
+local function close_key(self, k, how, step, f)
+  local keep = {}
+  for _, e in ipairs(self.held) do
+    local left = {}
+    for _, r in ipairs(e.records) do
+      if r.pending == k then
+        r.pending = nil
+        e.waiting = e.waiting - 1
+        if f(r) then left[#left + 1] = r end
+      else
+        left[#left + 1] = r
+      end
+    end
+    e.records = left
+    if #left == 0 then
+      e.waiting = nil
+    elseif e.waiting == 0 then
+      promote(self, e)
+    else
+      keep[#keep + 1] = e
+    end
+  end
+  self.held = keep
+  self.waiting[k] = nil
+  self.closed[k] = { how = how, step = step }
+  self.now = math.max(self.now, step)
+end
+
+-- buf:backfill(key, reward [, step = the latest step seen]) -> true, or nil and a message when
+-- no episode waits under key (never held, or resolved or discarded already). reward is a finite
+-- number, or a function(episode) -> a finite number called on each waiting episode (the stored
+-- table, not to be changed); it is added to the episode's last turn and total. Entries whose
+-- episodes all have their rewards become drawable (entries past capacity then go).
+function Buffer:backfill(key, reward, step)
+  local k, why = open_key(self, key, "backfill")
+  if type(reward) ~= "function" and not argcheck.finite(reward) then
+    error("replay: backfill: reward: a finite number or a function(episode) -> number expected, "
+      .. "got " .. argcheck.describe(reward), 2)
+  end
+  step = step_arg(self, step, "backfill")
+  if not k then return nil, why end
+  -- every value first, so that a failing function leaves the buffer as it was
+  local values = {}
+  for _, e in ipairs(self.held) do
+    for _, r in ipairs(e.records) do
+      if r.pending == k then
+        local v = reward
+        if type(reward) == "function" then v = reward(r.batch.episodes[1]) end
+        if not argcheck.finite(v) then
+          error(string.format("replay: backfill: reward(episode) returned %s, not a finite number",
+            argcheck.describe(v)), 2)
+        end
+        values[r] = v
+      end
+    end
+  end
+  local n = 0
+  close_key(self, k, "resolved", step, function(r)
+    local ep, v = r.batch.episodes[1], values[r]
+    ep.reward = ep.reward + v
+    if type(ep.rewards) == "table" and #ep.rewards > 0 then
+      ep.rewards[#ep.rewards] = ep.rewards[#ep.rewards] + v
+    end
+    local last = type(ep.record) == "table" and ep.record[#ep.record]
+    if type(last) == "table" then last.reward = (last.reward or 0) + v end
+    if not (type(last) == "table" and type(last.info) == "table" and last.info.success ~= nil) then
+      ep.success = ep.reward > 0 -- (as rl.batch.new decides without info.success)
+    end
+    ep.backfilled, ep.resolved_step = v, step
+    n = n + 1
+    return true
+  end)
+  self.counts.resolved = self.counts.resolved + n
+  fit(self, step)
+  return true
+end
+
+-- buf:discard(key [, step]) -> true, or nil and a message (as backfill): the episodes waiting
+-- under key leave the buffer; entries left with others, all resolved, become drawable.
+function Buffer:discard(key, step)
+  local k, why = open_key(self, key, "discard")
+  step = step_arg(self, step, "discard")
+  if not k then return nil, why end
+  local n = 0
+  close_key(self, k, "discarded", step, function() n = n + 1 return false end)
+  self.counts.discarded = self.counts.discarded + n
+  fit(self, step)
+  return true
 end
 
 -- ---------------------------------------------------------------- rescoring
@@ -421,7 +676,10 @@ local function assemble(records)
 end
 
 -- buf:sample(n, step [, opts]) -> an rl.batch of up to n distinct entries (unit = "group": n
--- groups), or nil and a message when fewer than min_fill episodes are stored. opts.logprobs =
+-- groups), or nil and a message when fewer than min_fill episodes are stored. With
+-- opts.resolved = true, every entry that became drawable through backfill since the last such
+-- call comes first (importance weight 1, not stale; below min_fill they come alone), then the
+-- n draws from the other entries; batch.resolved[j] says which. opts.logprobs =
 -- function(batch) -> the current policy's log-probs of the batch's tokens (a flat tensor like
 -- batch.mask): then each episode's importance ratio exp(mean log(pi / pi_behaviour)) is taken
 -- and entries with an episode beyond max_ratio (or below 1 / max_ratio) are evicted, not
@@ -440,30 +698,55 @@ function Buffer:sample(n, step, opts)
   if opts ~= nil then
     if type(opts) ~= "table" then error("replay: sample: opts: a table {logprobs =} expected", 2) end
     for k in pairs(opts) do
-      if k ~= "logprobs" then
-        error(string.format("replay: sample: unknown option '%s' (known: logprobs)", tostring(k)), 2)
+      if k ~= "logprobs" and k ~= "resolved" then
+        error(string.format("replay: sample: unknown option '%s' (known: logprobs, resolved)",
+          tostring(k)), 2)
       end
     end
     if opts.logprobs ~= nil and type(opts.logprobs) ~= "function" then
       error("replay: sample: opts.logprobs: a function(batch) -> log-probs expected", 2)
     end
+    if opts.resolved ~= nil and type(opts.resolved) ~= "boolean" then
+      error("replay: sample: opts.resolved: a boolean expected, got "
+        .. argcheck.describe(opts.resolved), 2)
+    end
   end
-  if self.size < math.max(self.cfg.min_fill, 1) then
+  -- the entries resolved since the last call with resolved = true, and the others
+  local taken, candidates = {}, self.entries
+  if opts and opts.resolved then
+    candidates = {}
+    for _, e in ipairs(self.entries) do
+      if e.fresh then
+        e.fresh = nil
+        taken[#taken + 1] = e
+      else
+        candidates[#candidates + 1] = e
+      end
+    end
+  end
+  local filled = self.size >= math.max(self.cfg.min_fill, 1)
+  if not filled and #taken == 0 then
     return nil, string.format("replay: %d episodes stored, fewer than min_fill = %d", self.size,
       math.max(self.cfg.min_fill, 1))
   end
   self.now = math.max(self.now, step)
   self.draws = self.draws + 1
   local rng = core.rng(mix(self.cfg.seed, self.draws))
-  local k = math.min(n, #self.entries)
-  local u = {}
-  for j = 1, 2 * k do u[j] = rng:random() end
-  local last = {}
-  for i, e in ipairs(self.entries) do last[i] = e.last end
-  local picks, _, isw, stale = creplay.draw { w = self:_weights(step), last = last, uniforms = u,
-    k = k, staleness = self.cfg.staleness, beta = beta_at(self.cfg, step) }
-  local drawn = {}
-  for j, i in ipairs(picks) do drawn[j] = self.entries[i] end
+  local k = filled and math.min(n, #candidates) or 0
+  local drawn, isw, stale = {}, {}, {}
+  for j, e in ipairs(taken) do drawn[j], isw[j], stale[j] = e, 1, false end
+  if k > 0 then
+    local u = {}
+    for j = 1, 2 * k do u[j] = rng:random() end
+    local last = {}
+    for i, e in ipairs(candidates) do last[i] = e.last end
+    local picks, _, w, st = creplay.draw { w = self:_weights(step, candidates), last = last,
+      uniforms = u, k = k, staleness = self.cfg.staleness, beta = beta_at(self.cfg, step) }
+    for j, i in ipairs(picks) do
+      local at = #taken + j
+      drawn[at], isw[at], stale[at] = candidates[i], w[j], st[j]
+    end
+  end
   rescore_entries(self, drawn)
   local records, rec_entry = {}, {}
   for j, e in ipairs(drawn) do
@@ -510,6 +793,7 @@ function Buffer:sample(n, step, opts)
   end
   -- the per-episode fields, for the episodes kept
   out.keys, out.priorities, out.weights, out.ages, out.stale = {}, {}, {}, {}, {}
+  out.resolved = {}
   out.ratios = ratios and {} or nil
   for j, at in ipairs(keep_rec) do
     local e = drawn[rec_entry[at]]
@@ -518,6 +802,7 @@ function Buffer:sample(n, step, opts)
     out.weights[j] = isw[rec_entry[at]]
     out.ages[j] = step - e.step
     out.stale[j] = stale[rec_entry[at]]
+    out.resolved[j] = rec_entry[at] <= #taken
     if ratios then out.ratios[j] = ratios[at] end
   end
   if #keep_rec < #records then
@@ -590,11 +875,16 @@ function Buffer:__len() return self.size end
 
 -- buf:stats([step]) -> {size = episodes, entries, capacity, fill, added, evicted_capacity,
 -- evicted_ratio, sampled, stale_picks, rescored, draws, priority_mean, age_mean, age_max} (ages
--- at step, default the latest step seen).
+-- at step, default the latest step seen; drawable entries only), and for delayed rewards
+-- pending (episodes waiting for their reward), pending_keys, held_entries (entries with one),
+-- and the counts held, resolved and discarded (episodes, since the start).
 function Buffer:stats(step)
   step = step or self.now
   local s = { size = self.size, entries = #self.entries, capacity = self.cfg.capacity,
-    fill = self.size / self.cfg.capacity, draws = self.draws }
+    fill = self.size / self.cfg.capacity, draws = self.draws, held_entries = #self.held }
+  local pending, keys = 0, 0
+  for _, n in pairs(self.waiting) do pending, keys = pending + n, keys + 1 end
+  s.pending, s.pending_keys = pending, keys
   for k, v in pairs(self.counts) do s[k] = v end
   local psum, asum, amax = 0, 0, 0
   for _, e in ipairs(self.entries) do
@@ -611,64 +901,104 @@ end
 
 -- ---------------------------------------------------------------- state
 
--- buf:state() -> a JSON-ready table with everything the buffer holds (entries with their tokens,
--- log-probs, masks, turns, advantages, priorities, steps) and its counters and draw count, so
--- that load in another process continues bit for bit.
-function Buffer:state()
+local function entries_state(list)
   local entries = {}
-  for i, e in ipairs(self.entries) do
+  for i, e in ipairs(list) do
     local recs = {}
     for j, r in ipairs(e.records) do
       local b = r.batch
       recs[j] = { key = r.key, priority = r.priority, episode = b.episodes[1],
         tokens = array_of(b.tokens), logprobs = array_of(b.logprobs), mask = array_of(b.mask),
-        turns = array_of(b.turns), adv = r.adv and array_of(r.adv) or nil }
+        turns = array_of(b.turns), adv = r.adv and array_of(r.adv) or nil, pending = r.pending }
     end
-    entries[i] = { step = e.step, last = e.last, records = json.array(recs) }
+    entries[i] = { step = e.step, last = e.last, records = json.array(recs), fresh = e.fresh }
   end
-  local counts = {}
-  for k, v in pairs(self.counts) do counts[k] = v end
-  return { format = "moonrl.replay/1", next_key = self.next_key, draws = self.draws,
-    now = self.now, counts = counts, entries = json.array(entries) }
+  return json.array(entries)
 end
 
-local function bad_state(why) error("replay: load: " .. why, 3) end
+-- buf:state() -> a JSON-ready table with everything the buffer holds (entries with their tokens,
+-- log-probs, masks, turns, advantages, priorities, steps; the pending entries with their keys;
+-- the closed keys) and its counters and draw count, so that load in another process continues
+-- bit for bit.
+function Buffer:state()
+  local counts = {}
+  for k, v in pairs(self.counts) do counts[k] = v end
+  local closed = {}
+  for k, c in pairs(self.closed) do closed[#closed + 1] = { key = k, how = c.how, step = c.step } end
+  table.sort(closed, function(a, b) return a.key < b.key end)
+  return { format = "moonrl.replay/2", next_key = self.next_key, draws = self.draws,
+    now = self.now, counts = counts, entries = entries_state(self.entries),
+    held = entries_state(self.held), closed = json.array(closed) }
+end
 
--- buf:load(state): the buffer becomes the one state() described (its own options stay).
-function Buffer:load(state)
-  if type(state) ~= "table" or state.format ~= "moonrl.replay/1" then
-    bad_state("state: a table from buf:state() expected")
-  end
-  if math.type(state.next_key) ~= "integer" or math.type(state.draws) ~= "integer"
-      or type(state.entries) ~= "table" or type(state.counts) ~= "table" then
-    bad_state("state: next_key, draws, counts and entries expected")
-  end
-  local fresh = setmetatable({ cfg = self.cfg }, Buffer)
-  fresh:clear()
-  for i, e in ipairs(state.entries) do
+local function bad_state(why, level) error("replay: load: " .. why, level or 3) end
+
+-- The entries of a state's list (where names it: "entries" or "held"); held ones count their
+-- waiting episodes, drawable ones are keyed.
+local function load_entries(fresh, list, where, held)
+  local out = {}
+  for i, e in ipairs(list) do
     if type(e) ~= "table" or math.type(e.step) ~= "integer" or math.type(e.last) ~= "integer"
         or type(e.records) ~= "table" or #e.records == 0 then
-      bad_state(string.format("entries[%d]: {step =, last =, records =} expected", i))
+      bad_state(string.format("%s[%d]: {step =, last =, records =} expected", where, i), 4)
     end
-    local entry = { step = e.step, last = e.last, records = {} }
+    local entry = { step = e.step, last = e.last, records = {}, fresh = e.fresh == true or nil }
+    local waiting = 0
     for j, r in ipairs(e.records) do
       local n = type(r.tokens) == "table" and #r.tokens or -1
       if math.type(r.key) ~= "integer" or type(r.priority) ~= "number" or type(r.episode) ~= "table"
           or n < 0 or type(r.logprobs) ~= "table" or #r.logprobs ~= n or type(r.mask) ~= "table"
           or #r.mask ~= n or type(r.turns) ~= "table" or #r.turns ~= n
-          or (r.adv ~= nil and (type(r.adv) ~= "table" or #r.adv ~= n)) then
-        bad_state(string.format("entries[%d].records[%d]: a stored episode expected", i, j))
+          or (r.adv ~= nil and (type(r.adv) ~= "table" or #r.adv ~= n))
+          or (r.pending ~= nil and (not held or pending_key(r.pending) ~= r.pending)) then
+        bad_state(string.format("%s[%d].records[%d]: a stored episode expected", where, i, j), 4)
       end
       local one = batchlib.new { tokens = tensor_of(r.tokens), logprobs = tensor_of(r.logprobs),
         mask = tensor_of(r.mask), turns = tensor_of(r.turns), offsets = { 0, n },
         episodes = { r.episode } }
       local rec = { key = r.key, priority = r.priority, batch = one,
-        adv = r.adv and tensor_of(r.adv) or nil }
+        adv = r.adv and tensor_of(r.adv) or nil, pending = r.pending }
       entry.records[j] = rec
-      fresh.by_key[rec.key] = { entry = entry, record = rec }
+      if r.pending then
+        waiting = waiting + 1
+        fresh.waiting[r.pending] = (fresh.waiting[r.pending] or 0) + 1
+      end
     end
-    fresh.entries[i] = entry
-    fresh.size = fresh.size + #entry.records
+    if held then
+      if waiting == 0 then bad_state(string.format("%s[%d]: no episode waits in it", where, i), 4) end
+      entry.waiting = waiting
+    else
+      for _, rec in ipairs(entry.records) do fresh.by_key[rec.key] = { entry = entry, record = rec } end
+      fresh.size = fresh.size + #entry.records
+    end
+    out[i] = entry
+  end
+  return out
+end
+
+-- buf:load(state): the buffer becomes the one state() described (its own options stay); a
+-- state of the first format (without delayed rewards) loads too.
+function Buffer:load(state)
+  if type(state) ~= "table" or (state.format ~= "moonrl.replay/2"
+      and state.format ~= "moonrl.replay/1") then
+    bad_state("state: a table from buf:state() expected")
+  end
+  if math.type(state.next_key) ~= "integer" or math.type(state.draws) ~= "integer"
+      or type(state.entries) ~= "table" or type(state.counts) ~= "table"
+      or (state.format == "moonrl.replay/2" and (type(state.held) ~= "table"
+        or type(state.closed) ~= "table")) then
+    bad_state("state: next_key, draws, counts, entries (and held, closed) expected")
+  end
+  local fresh = setmetatable({ cfg = self.cfg }, Buffer)
+  fresh:clear()
+  fresh.entries = load_entries(fresh, state.entries, "entries", false)
+  fresh.held = load_entries(fresh, state.held or {}, "held", true)
+  for i, c in ipairs(state.closed or {}) do
+    if type(c) ~= "table" or pending_key(c.key) ~= c.key or math.type(c.step) ~= "integer"
+        or (c.how ~= "resolved" and c.how ~= "discarded") then
+      bad_state(string.format("closed[%d]: {key =, how =, step =} expected", i))
+    end
+    fresh.closed[c.key] = { how = c.how, step = c.step }
   end
   fresh.next_key, fresh.draws = state.next_key, state.draws
   fresh.now = math.type(state.now) == "integer" and state.now or 0

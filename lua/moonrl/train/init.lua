@@ -72,6 +72,13 @@
 --                                             -- advantages = "recompute" | "stored",
 --                                             -- correction = true}: replayed entries join each
 --                                             -- update (moonrl.train.replay)
+--     delayed = nil,                          -- {resolve = function(step, pending) -> {{key =,
+--                                             -- reward =}, ...}, mode = "backfill" | "discard",
+--                                             -- max_wait =}: episodes whose last turn has
+--                                             -- info.pending = key wait in the replay buffer
+--                                             -- until resolve backfills their reward, then join
+--                                             -- an update with importance weights (or are
+--                                             -- dropped: "discard"; moonrl.train.replay)
 --     rewards = { name = function(episode) return x end },  -- extra reward terms, added in
 --                                             -- name order (or a list {{name =, fn =}, ...},
 --                                             -- in its order)
@@ -248,10 +255,20 @@ local function step_once(ctx, step)
   local mt = { step = step, ["time/rollout"] = t_roll, ["sampling/tries"] = info.tries,
     ["sampling/groups_dropped"] = info.groups_dropped }
   for k, v in pairs(synth_mt) do mt[k] = v end
+  -- delayed rewards: pending episodes leave the batch and wait; those resolved now are
+  -- backfilled and join the update through the replay draw (moonrl.train.replay)
+  local rolled = batch
+  if batch and c.delayed then
+    local dmt
+    batch, dmt = replay.hold(ctx, batch, step)
+    for k, v in pairs(replay.resolve(ctx, step, dmt)) do mt[k] = v end
+  elseif batch then
+    replay.refuse_pending(batch)
+  end
   for k, v in pairs(diagnostics.gate_metrics(info.gate)) do mt[k] = v end
   if batch then
     local t_rew = core.clock()
-    local terms = ctx.stages.reward(ctx, batch, step)
+    local terms = batch:size() > 0 and ctx.stages.reward(ctx, batch, step) or {} -- (delayed: all held)
     for _, ep in ipairs(batch.episodes) do -- an endpoint's failure is no score (rl.remote)
       if ep.infra then ep.reward_status = "unscorable" end
     end
@@ -279,14 +296,14 @@ local function step_once(ctx, step)
     for k, v in pairs(st.ends) do mt["end/" .. k] = v end
     mt.errors = st.errors
     local rc = c.rollout_correction
-    if rc and not rc.bypass_mode then -- before the advantage, which sees the rejection
+    if rc and not rc.bypass_mode and batch:size() > 0 then -- before the advantage, which sees the rejection
       for k, v in pairs(correction.decoupled(ctx, batch)) do mt[k] = v end
     end
     local t1 = core.clock()
     -- with replay: episodes from the buffer join the fresh ones (moonrl.train.replay)
     local train_batch, replayed, before = batch, nil, nil
     if c.replay then
-      replayed, before = replay.draw(ctx, batch, step)
+      replayed, before = replay.draw(ctx, rolled, step) -- (as many draws as if none were held)
       mt["time/replay"] = core.clock() - t1
     end
     local adv, per_ep, fatal
@@ -297,8 +314,13 @@ local function step_once(ctx, step)
       adv, per_ep = replay.stored_advantages(fresh_adv, fresh_per, replayed)
     else
       if replayed then train_batch = replay.mix(ctx, batch, replayed) end
-      adv, per_ep, fatal = advantage.compute(ctx, train_batch)
+      if train_batch:size() > 0 then
+        adv, per_ep, fatal = advantage.compute(ctx, train_batch)
+      else -- (delayed: every episode held, none resolved)
+        adv, per_ep = core.tensor.zeros(1):narrow(1, 1, 0), {}
+      end
     end
+    if c.delayed then replay.delayed_metrics(replayed, mt) end
     if fatal then mt["fatal/episodes"] = fatal / train_batch:size() end
     local amax = 0
     for _, v in ipairs(per_ep) do amax = math.max(amax, math.abs(v)) end

@@ -113,6 +113,12 @@ local SUB = {
     { "advantages", "recompute", enum { "recompute", "stored" } },
     { "correction", true, boolean },
   },
+  -- delayed rewards (moonrl.train.replay): pending episodes wait in the replay buffer
+  delayed = fields {
+    { "resolve", nil, func },
+    { "mode", "backfill", enum { "backfill", "discard" } },
+    { "max_wait", nil, integer(1) },
+  },
 }
 
 -- Whether v is a replay buffer: an object with add, sample, update, state and load.
@@ -346,6 +352,8 @@ opt("kl_reward_coef", 0, number(0))
 -- replay: a buffer, or {buffer =, ratio =, advantages =, correction =} (moonrl.train.replay)
 opt("replay", nil, either(function(v) if M.is_buffer(v) then return nil end return "a replay buffer" end,
   table_of("replay", "a table {buffer =, ratio =, advantages =, correction =}")))
+-- delayed rewards: {resolve =, mode = "backfill" | "discard", max_wait =} (moonrl.train.replay)
+opt("delayed", nil, table_of("delayed", "a table {resolve =, mode =, max_wait =}"))
 -- advantages
 opt("advantage", function(c)
   return (is_graph(c.reward) and c.reward.combine == "per_term") and "gdpo" or "grpo"
@@ -627,6 +635,31 @@ local function relations(c)
   if c.replay and c.replay.advantages == "stored" and advantage.estimator(c).critic then
     return "replay.advantages: \"stored\" does not go with an estimator that has a critic ("
       .. tostring(c.advantage) .. "): the value loss needs the critic's values of every episode"
+  end
+  local d = c.delayed
+  if d and d.mode == "backfill" then
+    if not c.replay then
+      return "delayed: mode \"backfill\" keeps pending episodes in the replay buffer: give "
+        .. "replay = rl.replay.new{...} (or {buffer =, ratio = 0} to train on resolved ones only)"
+    end
+    if type(c.replay.buffer.add_pending) ~= "function" or type(c.replay.buffer.backfill) ~= "function" then
+      return "delayed: the replay buffer has no add_pending/backfill (an rl.replay buffer expected)"
+    end
+    if c.replay.buffer.cfg and c.replay.buffer.cfg.rescore then
+      return "delayed: the replay buffer re-scores episodes (rescore = g), which would replace "
+        .. "backfilled rewards: leave rescore out"
+    end
+    if c.replay.advantages == "stored" then
+      return "delayed: resolved episodes have no stored advantages: replay.advantages = "
+        .. "\"recompute\" (the default)"
+    end
+    if not d.resolve and type(c.env.resolve) ~= "function" then
+      return "delayed.resolve: a function(step, pending) -> {{key =, reward =}, ...} expected "
+        .. "(the environment " .. tostring(c.env.name) .. " has no resolve of its own)"
+    end
+  elseif d and (d.resolve or d.max_wait) then
+    return "delayed: mode \"discard\" drops pending episodes at once: leave "
+      .. (d.resolve and "resolve" or "max_wait") .. " out"
   end
   local rc = c.rollout_correction
   if rc then
