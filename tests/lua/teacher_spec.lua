@@ -331,6 +331,7 @@ describe("moonrl.train.teacher", function()
       local o = {}
       for k, v in pairs(RUN) do o[k] = v end
       for k, v in pairs(extra or {}) do o[k] = v end
+      if o.teacher == false then o.teacher = nil end
       o.model, o.dir, o.name = model(8, 128), dir, name
       return rl.train(o), o.model
     end
@@ -382,6 +383,19 @@ describe("moonrl.train.teacher", function()
       -- only the last teacher file is kept
       local out = H.sh("ls " .. H.shell_quote(dir .. "/cut"))
       assert.is_nil(out:find("teacher-000002.bin", 1, true))
+      H.sh("rm -rf " .. H.shell_quote(dir))
+    end)
+
+    it("starts a teacher from the resumed policy when resume = \"force\" turns it on", function()
+      local dir = H.tmpdir()
+      run(dir, "late", { teacher = false, stop_after = 2 })
+      local ok, e = pcall(run, dir, "late", { resume = true, overwrite = false })
+      assert.is_false(ok)
+      assert.matches("teacher %(unset, now", tostring(e))
+      local r = run(dir, "late", { resume = "force", overwrite = false })
+      assert.are.equal(4, r.history[#r.history].step)
+      local st = rl.json.decode(assert(io.open(dir .. "/late/state.json")):read("a"))
+      assert.are.equal("teacher-000004.bin", st.teacher)
       H.sh("rm -rf " .. H.shell_quote(dir))
     end)
 

@@ -79,9 +79,11 @@ function M.save(ctx, step)
   if prev and prev ~= name then os.remove(ctx.dir .. "/" .. prev) end
 end
 
--- Restores the teacher a resumed run saved (state: state.json's).
+-- Restores the teacher a resumed run saved (state: state.json's). A run resumed with
+-- resume = "force" that had no teacher starts one from the resumed policy.
 function M.load(ctx, state)
   if type(state.teacher) ~= "string" then
+    if ctx.cfg.resume == "force" then return M.init(ctx) end
     error("train: resume: state.json names no teacher checkpoint (the run had no teacher)", 0)
   end
   local t = ctx.model:clone()
