@@ -3,9 +3,10 @@
 -- written atomically, and resume from them bit-exactly.
 --
 -- The `checkpoint` option replaces the stage: a table {save = function(ctx, step), load =
--- function(ctx) -> state or nil}. save persists ctx.state (a JSON-ready table), the model and
--- the value head (ctx.value) and the teacher (ctx.teacher) at the end of `step`; load, on resume, restores the model and
--- returns the state saved last (nil when there is none: the run starts fresh).
+-- function(ctx) -> state or nil}. save persists ctx.state (a JSON-ready table), the model, the
+-- value head (ctx.value) and TT-OPD's teacher (ctx.teacher) at the end of `step`; load, on
+-- resume, restores the model and returns the state saved last (nil when there is none: the run
+-- starts fresh).
 local core = require "moonrl.core"
 local critic = require "moonrl.train.critic"
 local teacher = require "moonrl.train.teacher"

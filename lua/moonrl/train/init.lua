@@ -125,8 +125,8 @@ local teacher = require "moonrl.train.teacher"
 local M = {
   options = options, seed = seedlib, tasks = tasks, rollout = rollout, reward = reward,
   advantage = advantage, critic = critic, update = update, eval = eval, log = log,
-  checkpoint = checkpoint, warmstart = warmstart, teacher = teacher, correction = correction, replay = replay,
-  diagnostics = diagnostics, mix = seedlib.mix, oracle_examples = warmstart.oracle_examples,
+  checkpoint = checkpoint, warmstart = warmstart, correction = correction, replay = replay,
+  teacher = teacher, diagnostics = diagnostics, mix = seedlib.mix, oracle_examples = warmstart.oracle_examples,
   evaluate = eval.run,
 }
 
