@@ -386,6 +386,22 @@ describe("moonrl.train.teacher", function()
       H.sh("rm -rf " .. H.shell_quote(dir))
     end)
 
+    it("leaves the student's training as it is with coef = 0, and changes it with coef > 0", function()
+      local dir = H.tmpdir()
+      local r0, plain = run(dir, "plain", { teacher = false })
+      local r1, zero = run(dir, "zero", { teacher = { privileged = RUN.teacher.privileged, coef = 0 } })
+      local _, some = run(dir, "some")
+      local pp, pz, ps = plain:parameters(), zero:parameters(), some:parameters()
+      local differs = false
+      for name, w in pairs(pp) do
+        assert.are.equal(0, w:max_abs_diff(pz[name]), name)
+        differs = differs or w:max_abs_diff(ps[name]) > 0
+      end
+      assert.is_true(differs)
+      assert.are.equal(r0.history[#r0.history]["loss/pg_loss"], r1.history[#r1.history]["loss/pg_loss"])
+      H.sh("rm -rf " .. H.shell_quote(dir))
+    end)
+
     it("starts a teacher from the resumed policy when resume = \"force\" turns it on", function()
       local dir = H.tmpdir()
       run(dir, "late", { teacher = false, stop_after = 2 })
