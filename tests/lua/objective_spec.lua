@@ -452,7 +452,7 @@ describe("rl.objective options", function()
         { "unknown option 'bogus'", "expected: " })
       n = n + 1
     end
-    assert.are.equal(12, n)
+    assert.are.equal(14, n) -- (turn_kl and ema: TT-OPD)
     H.assert_error(function() rl.objective.loss(args { clip = 0.2 }) end,
       { "unknown option 'clip'", "clip_low, clip_high" })
   end)

@@ -1043,6 +1043,131 @@ static int l_overlong(lua_State *L) {
   return 1;
 }
 
+/* ---- TT-OPD (spec 6.12): the teacher's turn-level KL and its EMA ---- */
+
+/* rl.objective.turn_kl{logp =, teacher_logp =, mask =, turns = (flat tensors), offsets =,
+ * episodes = [, kind = "k1", coef = 1, turn_weights = {{...}, ...}]} -> stats, dlogp: the
+ * turn-level KL of mrl_turn_kl_loss over the listed episodes' sampled tokens (mask 1), each
+ * episode one row: per turn (turns: each token's 0-based turn, -1 for none) the mean estimator
+ * of logp - teacher_logp, per row the weighted mean of its turns, and the mean over rows.
+ * turn_weights: one list per listed episode, entry k the weight of turn k - 1 (turns past the
+ * list weigh 1). stats has loss (coef times the KL), kl (the KL), tokens, and per_turn (one table
+ * per listed episode, {[k] = the KL of turn k - 1} for its turns with tokens); dlogp is coef
+ * times d KL / d logp (flat, for m:backward_batch). */
+static int l_turn_kl(lua_State *L) {
+  static const char *const keys[] = {"logp", "teacher_logp", "mask", "turns", "offsets",
+                                     "episodes", "kind", "coef", "turn_weights", NULL};
+  start(L, keys);
+  packed p = pack(L, 1);
+  const float *f_logp = flat_tensor(L, 1, "logp", p.total, true);
+  const float *f_teacher = flat_tensor(L, 1, "teacher_logp", p.total, true);
+  const float *f_turns = flat_tensor(L, 1, "turns", p.total, true);
+  mrl_kl_kind kind = mrl__obj_kl_kind(L, 1, "kind", mrl__lua_opt_string(L, 1, "kind", "k1"));
+  double coef = mrl__lua_opt_number(L, 1, "coef", 1.0);
+  if (!isfinite(coef)) return luaL_argerror(L, 1, "coef: a finite number expected");
+  int64_t cells = p.rows * p.cols, turns = 1;
+  float *logp = gather(L, &p, f_logp), *teacher = gather(L, &p, f_teacher);
+  float *tf = gather(L, &p, f_turns);
+  int32_t *turn = mrl__obj_buffer(L, cells, sizeof(int32_t));
+  for (int64_t c = 0; c < cells; c++) {
+    float v = tf[c];
+    if (p.pos[c] >= 0 && (v != floorf(v) || v < -1.0f || v >= (float)INT32_MAX))
+      return luaL_argerror(L, 1, lua_pushfstring(L, "turns[%I]: %f is not a turn (an integer >= -1)",
+                                                 (lua_Integer)p.pos[c] + 1, (double)v));
+    turn[c] = p.pos[c] >= 0 ? (int32_t)v : -1;
+    if (p.mask[c] != 0.0f && turn[c] + 1 > turns) turns = turn[c] + 1;
+  }
+  double *weights = NULL;
+  if (lua_getfield(L, 1, "turn_weights") != LUA_TNIL) {
+    if (!lua_istable(L, -1) || (int64_t)luaL_len(L, -1) != p.rows)
+      return luaL_argerror(L, 1, lua_pushfstring(L, "turn_weights: %I lists expected (one per "
+                                                 "listed episode)", (lua_Integer)p.rows));
+    int list = lua_gettop(L);
+    weights = mrl__obj_buffer(L, p.rows * turns, sizeof(double));
+    for (int64_t b = 0; b < p.rows; b++) {
+      if (lua_geti(L, list, b + 1) != LUA_TTABLE)
+        return luaL_argerror(L, 1, lua_pushfstring(L, "turn_weights[%I]: a list of numbers "
+                                                   "expected", (lua_Integer)b + 1));
+      int64_t len = (int64_t)luaL_len(L, -1);
+      for (int64_t k = 0; k < turns; k++) {
+        double w = 1.0;
+        if (k < len) {
+          lua_geti(L, -1, k + 1);
+          int ok;
+          w = lua_tonumberx(L, -1, &ok);
+          lua_pop(L, 1);
+          if (!ok || !isfinite(w) || w < 0.0)
+            return luaL_argerror(L, 1, lua_pushfstring(L, "turn_weights[%I][%I]: a finite number "
+                                                       ">= 0 expected", (lua_Integer)b + 1,
+                                                       (lua_Integer)k + 1));
+        }
+        weights[b * turns + k] = w;
+      }
+      lua_pop(L, 1);
+    }
+    lua_replace(L, list); /* keep the weights, drop the list */
+  } else {
+    lua_pop(L, 1);
+  }
+  double kl = 0.0, *per_turn = mrl__obj_buffer(L, p.rows * turns, sizeof(double));
+  float *dlogp = mrl__obj_buffer(L, cells, sizeof(float));
+  mrl_status st = mrl_turn_kl_loss(mrl__lua_engine(L), kind, logp, teacher, p.mask, turn, p.rows,
+                                   p.cols, turns, weights, &kl, per_turn, dlogp);
+  if (st) return raise(L, st);
+  int64_t tokens = 0;
+  char *has = mrl__obj_buffer(L, p.rows * turns, 1);
+  for (int64_t c = 0; c < cells; c++) {
+    dlogp[c] = (float)(coef * dlogp[c]);
+    if (p.mask[c] != 0.0f && turn[c] >= 0) {
+      tokens++;
+      has[(c / p.cols) * turns + turn[c]] = 1;
+    }
+  }
+  lua_createtable(L, 0, 4);
+  set_num(L, "loss", coef * kl);
+  set_num(L, "kl", kl);
+  lua_pushinteger(L, tokens);
+  lua_setfield(L, -2, "tokens");
+  lua_createtable(L, (int)p.rows, 0);
+  for (int64_t b = 0; b < p.rows; b++) {
+    lua_newtable(L);
+    for (int64_t k = 0; k < turns; k++)
+      if (has[b * turns + k]) {
+        lua_pushnumber(L, per_turn[b * turns + k]);
+        lua_rawseti(L, -2, k + 1);
+      }
+    lua_rawseti(L, -2, b + 1);
+  }
+  lua_setfield(L, -2, "per_turn");
+  push_scatter(L, &p, dlogp);
+  return 2;
+}
+
+/* rl.objective.ema{teacher =, student = (tensors of one size, contiguous) [, decay = 0.99]}:
+ * in place, teacher = decay teacher + (1 - decay) student (mrl_ema_update); returns teacher. */
+static int l_ema(lua_State *L) {
+  static const char *const keys[] = {"teacher", "student", "decay", NULL};
+  start(L, keys);
+  lua_getfield(L, 1, "teacher");
+  mrl_tensor *t = mrl__lua_check_tensor(L, -1, "teacher");
+  lua_getfield(L, 1, "student");
+  mrl_tensor *s = mrl__lua_check_tensor(L, -1, "student");
+  if (!mrl_tensor_is_contiguous(t) || !mrl_tensor_is_contiguous(s))
+    return luaL_argerror(L, 1, "teacher, student: contiguous tensors expected");
+  if (mrl_tensor_numel(t) != mrl_tensor_numel(s))
+    return luaL_argerror(L, 1, lua_pushfstring(L, "student: %I elements, teacher has %I",
+                                               (lua_Integer)mrl_tensor_numel(s),
+                                               (lua_Integer)mrl_tensor_numel(t)));
+  double decay = mrl__lua_opt_number(L, 1, "decay", 0.99);
+  if (mrl_tensor_numel(t) > 0) {
+    mrl_status st = mrl_ema_update(mrl__lua_engine(L), mrl_tensor_data(t), mrl_tensor_data(s),
+                                   mrl_tensor_numel(t), decay);
+    if (st) return raise(L, st);
+  }
+  lua_pop(L, 1); /* the teacher stays on top */
+  return 1;
+}
+
 void mrl__lua_open_objective(lua_State *L) {
   static const luaL_Reg funcs[] = {{"advantage", l_advantage},
                                    {"gigpo", l_gigpo},
@@ -1056,6 +1181,8 @@ void mrl__lua_open_objective(lua_State *L) {
                                    {"otb", l_otb},
                                    {"rollout_correction", l_rollout_correction},
                                    {"names", l_names},
+                                   {"turn_kl", l_turn_kl},
+                                   {"ema", l_ema},
                                    {NULL, NULL}};
   luaL_newlib(L, funcs);
 }

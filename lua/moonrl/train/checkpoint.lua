@@ -3,11 +3,13 @@
 -- written atomically, and resume from them bit-exactly.
 --
 -- The `checkpoint` option replaces the stage: a table {save = function(ctx, step), load =
--- function(ctx) -> state or nil}. save persists ctx.state (a JSON-ready table), the model and
--- the value head (ctx.value) at the end of `step`; load, on resume, restores the model and
--- returns the state saved last (nil when there is none: the run starts fresh).
+-- function(ctx) -> state or nil}. save persists ctx.state (a JSON-ready table), the model, the
+-- value head (ctx.value) and TT-OPD's teacher (ctx.teacher) at the end of `step`; load, on
+-- resume, restores the model and returns the state saved last (nil when there is none: the run
+-- starts fresh).
 local core = require "moonrl.core"
 local critic = require "moonrl.train.critic"
+local teacher = require "moonrl.train.teacher"
 
 local json = core.json
 local M = {}
@@ -21,6 +23,7 @@ function M.save(ctx, step)
   ctx.state.checkpoint = ckpt:match("[^/]+$")
   ctx.state.step = step
   if ctx.value then ctx.state.value_head = critic.state(ctx.value) end
+  if ctx.teacher then teacher.save(ctx, step) end -- TT-OPD's teacher, teacher-<step>.bin
   ok, err = core.fs.write(ctx.dir .. "/state.json", json.encode(ctx.state))
   if not ok then error("train: " .. err, 0) end -- err names the file
   if prev and prev ~= ctx.state.checkpoint then os.remove(ctx.dir .. "/" .. prev) end
@@ -66,6 +69,7 @@ function M.load(ctx)
     end
     ctx.value = critic.from(state.value_head)
   end
+  if ctx.cfg.teacher then teacher.load(ctx, state) end
   ctx.state = state
   rewrite_metrics(ctx)
   return state
@@ -90,6 +94,9 @@ function M.leftovers(dir)
   local found = {}
   local state = M.read_state(dir)
   if state and exists(dir .. "/" .. state.checkpoint) then found[#found + 1] = state.checkpoint end
+  if state and type(state.teacher) == "string" and exists(dir .. "/" .. state.teacher) then
+    found[#found + 1] = state.teacher
+  end
   for _, name in ipairs(RUN_FILES) do
     if exists(dir .. "/" .. name) then found[#found + 1] = name end
   end

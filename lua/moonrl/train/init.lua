@@ -33,6 +33,13 @@
 --                                             -- "token_k1,...", rollout_rs_threshold =,
 --                                             -- bypass_mode = false, loss_type = "ppo_clip"}
 --     entropy_coef = 0,
+--     teacher = nil,                          -- TT-OPD: {privileged = function(task, episode)
+--                                             -- -> text only the teacher sees, decay = 0.99,
+--                                             -- coef = 1, kl = "k1", weights =, truncate =}:
+--                                             -- an EMA copy of the policy after SFT scores the
+--                                             -- sampled tokens with the text in its system
+--                                             -- message; coef x its turn-level KL joins the
+--                                             -- loss (moonrl.train.teacher)
 --     milestone = nil,                        -- advantage = "beacon": {gamma = 0.95, scale = 10,
 --                                             -- weight = 1, mode = "mean_norm"}; turns whose
 --                                             -- info.milestone is true end segments
@@ -120,12 +127,13 @@ local warmstart = require "moonrl.train.warmstart"
 local correction = require "moonrl.train.correction"
 local replay = require "moonrl.train.replay"
 local diagnostics = require "moonrl.train.diagnostics"
+local teacher = require "moonrl.train.teacher"
 
 local M = {
   options = options, seed = seedlib, tasks = tasks, rollout = rollout, reward = reward,
   advantage = advantage, critic = critic, update = update, eval = eval, log = log,
   checkpoint = checkpoint, warmstart = warmstart, correction = correction, replay = replay,
-  diagnostics = diagnostics, mix = seedlib.mix, oracle_examples = warmstart.oracle_examples,
+  teacher = teacher, diagnostics = diagnostics, mix = seedlib.mix, oracle_examples = warmstart.oracle_examples,
   evaluate = eval.run,
 }
 
@@ -208,6 +216,7 @@ local function start_fresh(ctx)
   if c.synth then c.synth:reset() end
   ctx.state = { history = {}, step = 0, options = options.record(c) }
   if c.sft then ctx.state.sft = warmstart.run(ctx) end
+  if c.teacher then teacher.init(ctx) end -- TT-OPD: the teacher is the policy after SFT
   if c.remote and c.remote.push_weights then rollout.push_weights(ctx) end -- (the eval's policy)
   if needs_reference(c) then
     local ok, err = ctx.model:save(ctx.dir .. "/reference")
@@ -330,6 +339,8 @@ local function step_once(ctx, step)
       for k, v in pairs(ctx.stages.update(ctx, train_batch, adv, step)) do
         if type(v) == "number" then mt["loss/" .. k] = v end
       end
+      for k, v in pairs(ctx.teacher_metrics or {}) do mt[k] = v end -- teacher/kl_turn_<k>
+      ctx.teacher_metrics = nil
       for k, v in pairs(diagnostics.grad_metrics(ctx.state.history, mt, c.grad_spike)) do mt[k] = v end
     else
       mt["loss/updates"] = 0 -- every group had one reward: nothing to learn from

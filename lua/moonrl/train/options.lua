@@ -119,6 +119,18 @@ local SUB = {
     { "mode", "backfill", enum { "backfill", "discard" } },
     { "max_wait", nil, integer(1) },
   },
+  -- TT-OPD (moonrl.train.teacher)
+  teacher = fields {
+    { "privileged", nil, func, required = true },
+    { "decay", 0.99, number(0, 1) },
+    { "coef", 1.0, number(0) },
+    { "kl", "k1", enum(require("moonrl.core").objective.names().kl) },
+    { "weights", nil, function(v)
+      if type(v) == "function" or list_of(number(0), "")(v) == nil then return nil end
+      return "a list of per-turn weights (numbers >= 0) or a function(episode) -> such a list"
+    end },
+    { "truncate", nil, integer(1) },
+  },
 }
 
 -- Whether v is a replay buffer: an object with add, sample, update, state and load.
@@ -388,6 +400,7 @@ opt("kl_coef", 0, number(0))
 opt("kl", "k3", enum(KLS))
 opt("reference", false, boolean)
 opt("entropy_coef", 0, number())
+opt("teacher", nil, table_of("teacher", "a table {privileged =, decay =, coef =, kl =, weights =, truncate =}"))
 opt("epochs", 1, integer(1))
 opt("minibatch", function(c) return c.tasks_per_step * c.group_size end, integer(1))
 opt("lr", 2e-4, number(0))

@@ -8,13 +8,15 @@
 -- loss/<name>. The default's are loss, pg_loss, clipfrac, clipfrac_lower, ppo_kl, kl, kl_loss,
 -- entropy, entropy_loss, grad_norm (the mean over the optimizer steps of the gradient norm before
 -- clipping), grad_norm_max (their largest), value_loss and value_clipfrac (with a critic), lr,
--- updates.
+-- updates. With the teacher option (moonrl.train.teacher), the loss also has the teacher's
+-- turn-level KL (loss/teacher_kl) and the teacher takes its EMA step after the update.
 local core = require "moonrl.core"
 local sftlib = require "moonrl.sft"
 local critic = require "moonrl.train.critic"
 local score = require "moonrl.train.score"
 local seedlib = require "moonrl.train.seed"
 local correction = require "moonrl.train.correction"
+local teacher = require "moonrl.train.teacher"
 
 local mix = seedlib.mix
 local M = {}
@@ -39,6 +41,8 @@ function M.run(ctx, batch, adv, step)
     end
     acc.value_loss, acc.value_clipfrac = 0, 0
   end
+  local tt = ctx.teacher and teacher.prepare(ctx, batch) -- TT-OPD: the teacher's log-probs
+  if tt then acc.teacher_kl = 0 end
   local updates, norm_max = 0, 0
   local rollout_acc = {} -- bypass mode: the rollout correction's stats, summed
   for epoch = 1, c.epochs do
@@ -72,6 +76,7 @@ function M.run(ctx, batch, adv, step)
         stats.loss = stats.loss + vstats.loss
         stats.value_loss, stats.value_clipfrac = vstats.loss, vstats.clipfrac
       end
+      if tt then teacher.add_loss(ctx, tt, batch, logp, eps, dlogp, stats) end
       local dw, db = m:backward_batch { tokens = batch.tokens, mask = batch.mask,
         offsets = batch.offsets, episodes = eps, dlogprobs = dlogp, dentropy = dent,
         value = head, dvalues = dvalues }
@@ -85,6 +90,7 @@ function M.run(ctx, batch, adv, step)
       updates = updates + 1
     end
   end
+  if tt then teacher.finish(ctx, tt) end
   for k, v in pairs(acc) do acc[k] = v / math.max(updates, 1) end
   for k, v in pairs(rollout_acc) do acc["rollout_" .. k] = v / math.max(updates, 1) end
   acc.lr, acc.updates, acc.grad_norm_max = lr, updates, norm_max
