@@ -20,7 +20,7 @@
 -- every turn) and the seconds per RL step.
 --
 --   moonrl run recipes/search_qa.lua [--seed 1] [--seeds 3] [--methods grpo,igpo,a2tgpo]
---     [--steps 12] [--tasks 8] [--group 8] [--sft-examples 2000] [--sft-epochs 2]
+--     [--steps 30] [--tasks 8] [--group 8] [--sft-examples 6000] [--sft-epochs 3]
 --     [--eval-tasks 32] [--dir runs]
 --
 -- Files go to <dir>/search_qa-<arm>-s<seed>/ and the warm start to <dir>/search_qa-sft-s<seed>.bin.
@@ -31,8 +31,8 @@ package.path = root .. "/?.lua;" .. package.path
 local kbqa = require "envs.kbqa"
 local R = rl.recipe
 
-local o, why = R.args(arg, { seed = 1, seeds = 1, methods = "grpo,igpo,a2tgpo", steps = 12,
-  tasks = 8, group = 8, sft_examples = 2000, sft_epochs = 2, eval_tasks = 32, dir = root .. "/runs" })
+local o, why = R.args(arg, { seed = 1, seeds = 1, methods = "grpo,igpo,a2tgpo", steps = 30,
+  tasks = 8, group = 8, sft_examples = 6000, sft_epochs = 3, eval_tasks = 32, dir = root .. "/runs" })
 if not o then error("search_qa.lua: " .. why, 0) end
 
 local KNOWN = { grpo = true, igpo = true, a2tgpo = true }
@@ -67,14 +67,19 @@ end
 local HELD = held_out_tasks()
 
 -- Greedy held-out success per hop count (h1 .. h4) and over all.
+-- (in chunks of the rollout's episodes, tasks x group).
 local function held_out(ctx)
-  local b = ctx.stages.rollout(ctx, { tasks = HELD, repeats = 1, seed = 5, temperature = 0, group_base = 0 })
-  local wins, all = {}, 0
+  local wins, all, chunk = {}, 0, o.tasks * o.group
   for h = 1, HOPS do wins[h] = 0 end
-  for i, ep in ipairs(b.episodes) do
-    if ep.success then
-      local h = HELD[i].hops
-      wins[h], all = wins[h] + 1, all + 1
+  for first = 1, #HELD, chunk do
+    local part = table.move(HELD, first, math.min(#HELD, first + chunk - 1), 1, {})
+    local b = ctx.stages.rollout(ctx, { tasks = part, repeats = 1, seed = 5 + first, temperature = 0,
+      group_base = 0 })
+    for i, ep in ipairs(b.episodes) do
+      if ep.success then
+        local h = part[i].hops
+        wins[h], all = wins[h] + 1, all + 1
+      end
     end
   end
   local out = { all = all / #HELD }
@@ -106,7 +111,7 @@ local function run_arm(seed, sft_path, method)
   local opts = {
     model = m, tokenizer = tok, env = kbqa, name = string.format("search_qa-%s-s%d", method, seed),
     dir = o.dir, seed = seed, overwrite = true, steps = o.steps, tasks_per_step = o.tasks,
-    group_size = o.group, minibatch = o.tasks * o.group, max_turn_tokens = 14, clip_low = 0.2,
+    group_size = o.group, minibatch = o.tasks * o.group, max_turn_tokens = 20, clip_low = 0.2,
     clip_high = 0.28, lr = 1e-3, capacity = 320,
     eval = { every = o.steps, tasks = 1, k = 1 }, progress = false, log_episodes = 2,
     evaluate = function(ctx) return held_out(ctx) end,
@@ -167,14 +172,14 @@ local function print_table(list, title)
   local head = { string.format("%-8s", "method") }
   for h = 1, HOPS do head[#head + 1] = string.format("%" .. w .. "s", h .. "-hop%") end
   head[#head + 1] = string.format("%" .. w .. "s", "all%")
-  for k = 1, TURNS - 1 do head[#head + 1] = string.format("%" .. w .. "s", "|A|t" .. k) end
+  for k = 1, TURNS do head[#head + 1] = string.format("%" .. w .. "s", "|A|t" .. k) end
   head[#head + 1] = string.format("%7s", "s/step")
   print(table.concat(head, " "))
   for _, r in ipairs(R.summarise(list, "arm")) do
     local line = { string.format("%-8s", r.arm) }
     for h = 1, HOPS do line[#line + 1] = cell(r["h" .. h]) end
     line[#line + 1] = cell(r.all)
-    for k = 1, TURNS - 1 do line[#line + 1] = cell(r["a" .. k], 1, "%.3f") end
+    for k = 1, TURNS do line[#line + 1] = cell(r["a" .. k], 1, "%.3f") end
     local s = type(r.sps) == "table" and r.sps.mean or r.sps
     line[#line + 1] = string.format("%7s", s and string.format("%.2f", s) or "-")
     print(table.concat(line, " "))
