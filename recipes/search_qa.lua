@@ -21,7 +21,10 @@
 --
 --   moonrl run recipes/search_qa.lua [--seed 1] [--seeds 3] [--methods grpo,igpo,a2tgpo]
 --     [--steps 30] [--tasks 8] [--group 8] [--sft-examples 6000] [--sft-epochs 3]
---     [--eval-tasks 32] [--dir runs]
+--     [--eval-tasks 32] [--lr 1e-3] [--temperature 1] [--reuse-sft] [--dir runs]
+--
+-- --reuse-sft loads <dir>/search_qa-sft-s<seed>.bin when it exists instead of training it again
+-- (the same seed and SFT options give the same file).
 --
 -- Files go to <dir>/search_qa-<arm>-s<seed>/ and the warm start to <dir>/search_qa-sft-s<seed>.bin.
 local rl = require "moonrl"
@@ -32,7 +35,8 @@ local kbqa = require "envs.kbqa"
 local R = rl.recipe
 
 local o, why = R.args(arg, { seed = 1, seeds = 1, methods = "grpo,igpo,a2tgpo", steps = 30,
-  tasks = 8, group = 8, sft_examples = 6000, sft_epochs = 3, eval_tasks = 32, dir = root .. "/runs" })
+  tasks = 8, group = 8, sft_examples = 6000, sft_epochs = 3, eval_tasks = 32, lr = 1e-3,
+  temperature = 1.0, reuse_sft = false, dir = root .. "/runs" })
 if not o then error("search_qa.lua: " .. why, 0) end
 
 local KNOWN = { grpo = true, igpo = true, a2tgpo = true }
@@ -88,6 +92,12 @@ local function held_out(ctx)
 end
 
 local function warm_start(seed)
+  local path = string.format("%s/search_qa-sft-s%d.bin", o.dir, seed)
+  local f = o.reuse_sft and io.open(path, "rb")
+  if f then
+    f:close()
+    return path, { seconds = 0, loss = 0 / 0, examples = 0 }
+  end
   local m, tok = new_model(seed)
   local t0 = rl.clock()
   local ctx = { cfg = { env = kbqa, max_turns = TURNS }, tokenizer = tok }
@@ -95,7 +105,6 @@ local function warm_start(seed)
   local r = rl.sft { model = m, data = data, epochs = o.sft_epochs, batch_size = 16, lr = 3e-3,
     warmup = 10, seed = rl.train.mix(seed, 0x5F7) }
   m:reset_optimizer()
-  local path = string.format("%s/search_qa-sft-s%d.bin", o.dir, seed)
   assert(rl.fs.mkdir(o.dir))
   assert(m:save_checkpoint(path))
   return path, { seconds = rl.clock() - t0, loss = r.final_loss, examples = #data }
@@ -112,7 +121,7 @@ local function run_arm(seed, sft_path, method)
     model = m, tokenizer = tok, env = kbqa, name = string.format("search_qa-%s-s%d", method, seed),
     dir = o.dir, seed = seed, overwrite = true, steps = o.steps, tasks_per_step = o.tasks,
     group_size = o.group, minibatch = o.tasks * o.group, max_turn_tokens = 20, clip_low = 0.2,
-    clip_high = 0.28, lr = 1e-3, capacity = 320,
+    clip_high = 0.28, lr = o.lr, temperature = o.temperature, capacity = 320,
     eval = { every = o.steps, tasks = 1, k = 1 }, progress = false, log_episodes = 2,
     evaluate = function(ctx) return held_out(ctx) end,
     on_step = function(step, mt)
@@ -147,8 +156,12 @@ local function one_seed(seed)
   print(string.format("seed %d: SFT warm start ...", seed))
   io.stdout:flush()
   local sft_path, sft = warm_start(seed)
-  print(string.format("  SFT: %d examples x %d epochs, final loss %.3f, %.0f s", sft.examples, o.sft_epochs,
-    sft.loss, sft.seconds))
+  if sft.examples == 0 then
+    print("  SFT: reused " .. sft_path)
+  else
+    print(string.format("  SFT: %d examples x %d epochs, final loss %.3f, %.0f s", sft.examples, o.sft_epochs,
+      sft.loss, sft.seconds))
+  end
   local rows, sft_row = {}, { arm = "SFT" }
   for i, method in ipairs(METHODS) do
     local row = run_arm(seed, sft_path, method)

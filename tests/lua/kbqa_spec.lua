@@ -78,8 +78,9 @@ describe("envs/kbqa.lua", function()
       assert.is_false(kb.held_entity(t.start) or kb.held_chain(t.chain))
     end
     for _, t in ipairs(test) do assert.is_true(kb.held_entity(t.start) or kb.held_chain(t.chain)) end
-    local redundant = 0
+    local redundant, hops = 0, 0
     for i, t in ipairs(test) do
+      hops = hops + t.hops
       local acts = kb.oracle(t, rl.rng(i))
       redundant = redundant + #acts - (t.hops + 1)
       local rec = play(t, acts)
@@ -90,7 +91,8 @@ describe("envs/kbqa.lua", function()
         return #s == t.hops + 1 and {} or s
       end)())
     end
-    assert.is_true(redundant > 5 and redundant < 40, "redundant searches " .. redundant)
+    -- one search in four repeated, while the budget leaves room for the answer
+    assert.is_true(redundant > hops / 8 and redundant < hops / 2.5, "redundant searches " .. redundant .. " of " .. hops)
     assert.are.same(kb.tasks("test", 10, 7), kb.tasks("test", 10, 7))
   end)
 end)

@@ -70,8 +70,8 @@ mrl_status mrl_rollout_score(mrl_rollout *r, int n, const int *eps, const int32_
     st = mrl__fail(e, MRL_ERR_NOMEM, fn, "out of memory");
     goto done;
   }
-  for (int i = 0, o = 0; i < n; o += counts[i], i++) {
-    off[i] = o;
+  for (int i = 0; i < n; i++) {
+    off[i] = i == 0 ? 0 : off[i - 1] + counts[i - 1];
     memcpy(saved + (size_t)i * (size_t)V, mrl_kv_cache_logits(r->cache, eps[i]),
            sizeof(float) * (size_t)V);
   }
