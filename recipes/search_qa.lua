@@ -17,8 +17,7 @@
 -- 1-4 mixed in training. Measured greedily on held-out
 -- questions (held-out start entities or relation chains), eval_tasks per hop count. The table
 -- gives held-out success per hop count, the mean |advantage| of each turn position over the
--- steps (adv/turn_<k>_abs, where the estimator logs it; GRPO's is the episode's, the same at
--- every turn) and the seconds per RL step.
+-- steps (adv/turn_<k>_abs, which igpo and a2tgpo log) and the seconds per RL step.
 --
 --   moonrl run recipes/search_qa.lua [--seed 1] [--seeds 3] [--methods grpo,igpo,a2tgpo]
 --     [--steps 30] [--tasks 8] [--group 8] [--sft-examples 6000] [--sft-epochs 3]
