@@ -28,6 +28,11 @@ local hint = {
         return self.n == 1 and ("x is " .. self.task.x) or "go on", ok and 1 or 0,
           ok or self.n >= 3, { success = ok }
       end,
+      clone = function(self)
+        local c = {}
+        for k, v in pairs(self) do c[k] = v end
+        return c
+      end,
     }
   end,
 }
@@ -248,6 +253,10 @@ describe("rl.train with info_gain", function()
     assert.matches("info_gain.answer", err { advantage = "igpo", info_gain = {} }, 1, true)
     assert.matches("info_gain.kind", err { advantage = "igpo", info_gain = { answer = answer, kind = "f1" } }, 1, true)
     assert.matches("loss: \"a2tgpo\" reads", err { loss = "a2tgpo" }, 1, true)
+    assert.matches("info_gain: scoring the forced answer needs the local engine without a tree",
+      err { advantage = "igpo", info_gain = { answer = answer }, tree = { turn = 1, k = 2 }, group_size = 4 }, 1, true)
+    assert.matches("rollout_correction: not with loss = \"a2tgpo\"", err { advantage = "a2tgpo",
+      info_gain = { answer = answer }, rollout_correction = {} }, 1, true)
     local cfg = options.check { model = base.model, tokenizer = tok, env = hint, advantage = "a2tgpo",
       info_gain = { answer = answer } }
     assert.are.equal("a2tgpo", cfg.loss)

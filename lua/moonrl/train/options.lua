@@ -602,6 +602,9 @@ local function relations(c)
   if c.loss == "a2tgpo" and c.replay and c.replay.advantages == "stored" then
     return "replay.advantages: \"stored\" keeps no clip scales for loss = \"a2tgpo\": use \"recompute\""
   end
+  if c.loss == "a2tgpo" and c.rollout_correction then
+    return "rollout_correction: not with loss = \"a2tgpo\", which takes no importance weights"
+  end
   if c.info_gain and (c.tree or c.remote) then
     return "info_gain: scoring the forced answer needs the local engine without a tree ("
       .. (c.tree and "tree" or "remote") .. " is set)"
