@@ -837,11 +837,6 @@ MRL_API int mrl_rollout_action(const mrl_rollout *r, int e, int turn, const int3
  * hooks->max_resamples (0 counts as 1), after which the environment gets the action. */
 typedef struct mrl_rollout_hooks {
   void *user; /* passed to every hook */
-  /* Once per episode of the n given, after its first observation (the prompt) went in and
-   * before its first turn: where mrl_rollout_score sees the prompt-only context. Not called for
-   * an episode whose reset failed or whose prompt did not fit. mrl_rollout_branch cannot be
-   * called from it. */
-  mrl_status (*start)(void *user, mrl_rollout *r, int e);
   /* After episode e's turn was taken by its environment (its observation appended when it goes
    * on, or after its last turn). */
   mrl_status (*turn)(void *user, mrl_rollout *r, int e);
@@ -858,6 +853,11 @@ typedef struct mrl_rollout_hooks {
   const int *groups;
   int group_turn;
   int finish_cut;
+  /* Once per episode of the n given, after its first observation (the prompt) went in and
+   * before its first turn: where mrl_rollout_score sees the prompt-only context. Not called for
+   * an episode whose reset failed or whose prompt did not fit. mrl_rollout_branch cannot be
+   * called from it. */
+  mrl_status (*start)(void *user, mrl_rollout *r, int e);
 } mrl_rollout_hooks;
 
 /* Runs n episodes like mrl_rollout_run (cfg->pause_turn and cfg->resume must be 0) with hooks.
