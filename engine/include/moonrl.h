@@ -853,6 +853,11 @@ typedef struct mrl_rollout_hooks {
   const int *groups;
   int group_turn;
   int finish_cut;
+  /* Once per episode of the n given, after its first observation (the prompt) went in and
+   * before its first turn: where mrl_rollout_score sees the prompt-only context. Not called for
+   * an episode whose reset failed or whose prompt did not fit. mrl_rollout_branch cannot be
+   * called from it. */
+  mrl_status (*start)(void *user, mrl_rollout *r, int e);
 } mrl_rollout_hooks;
 
 /* Runs n episodes like mrl_rollout_run (cfg->pause_turn and cfg->resume must be 0) with hooks.
@@ -881,6 +886,27 @@ MRL_API uint64_t mrl_rollout_seed(const mrl_rollout *r, int e);
 /* 1 when episode e was dropped (cut with its group, or a branch of a dropped fork) and is no part
  * of the batch, 0 when it is, -1 for bad arguments. */
 MRL_API int mrl_rollout_dropped(const mrl_rollout *r, int e);
+
+/* -- forced-continuation scoring --
+ * mrl_rollout_score gives the teacher-forced log-probability of each of the given tokens after
+ * each listed episode's current context: episode eps[i] gets counts[i] >= 1 tokens (tokens
+ * concatenated in that order) and logprobs (as many floats) receives log p(token j | context,
+ * tokens 0..j-1) at temperature 1 from the model's raw logits, in the same order. The episodes
+ * are scored together: step j appends token j of every episode that has a token after it, in
+ * one batched pass (so with cfg->batch_invariant, or outside a run after
+ * mrl_kv_cache_set_batch_invariant, an episode's scores do not depend on which others share the
+ * call). Afterwards every episode's KV cache is as it was (shortened back to its length with its
+ * saved logits: mrl_kv_cache_truncate), and its record, turns and random stream are untouched,
+ * so a scored episode samples exactly what it would have sampled unscored. The scored tokens
+ * are never recorded. For information gain: the gold answer forced after each turn (IGPO,
+ * A2TGPO; a start hook scores it after the prompt alone).
+ * Callable from any hook (the episode is between turns there) and after a run. Fails, changing
+ * nothing, with MRL_ERR_RANGE for an episode outside the rollout, a token outside the vocabulary,
+ * or an episode without room for counts[i] - 1 more tokens (the last one is never appended),
+ * and MRL_ERR_INVALID for an episode listed twice, in the middle of a turn, without a context
+ * (not started, or its reset failed), or counts[i] < 1; each message names the episode. */
+MRL_API mrl_status mrl_rollout_score(mrl_rollout *r, int n, const int *eps,
+                                     const int32_t *tokens, const int *counts, float *logprobs);
 
 /* The selective rollout gate as a group hook: hooks->user points to an mrl_rollout_gate.
  * Each member's first K actions (K: hooks->group_turn; an action is the token sequence of a

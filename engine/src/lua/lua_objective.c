@@ -546,6 +546,10 @@ static const char *const pg_names[] = {"ppo",     "gspo",    "cispo",    "sapo",
                                        "gpg",     "gmpo",    "dppo_tv",  "dppo_kl",
                                        "clip_cov", "kl_cov", "dro",      "reinforce",
                                        NULL};
+/* and every kind rl.objective.loss takes: those, then A2TGPO's (mrl_a2tgpo_loss) */
+static const char *const loss_names[] = {"ppo",      "gspo",   "cispo", "sapo",      "gpg",
+                                         "gmpo",     "dppo_tv", "dppo_kl", "clip_cov", "kl_cov",
+                                         "dro",      "reinforce", "a2tgpo", NULL};
 
 static int find_name(lua_State *L, int opts, const char *key, const char *const *names,
                      const char *dflt) {
@@ -563,7 +567,10 @@ static void set_num(lua_State *L, const char *key, double v) {
  * dro_beta =, seed =, is_weights =, ref_logp =, kl = "k3", kl_coef = 0, entropy =,
  * entropy_coef = 0, details = false]}
  * kind: ppo, gspo, cispo, sapo, gpg, gmpo, dppo_tv, dppo_kl, clip_cov, kl_cov, dro, reinforce
- * (mrl_pg_kind); clip_cov_* and kl_cov_ratio / ppo_kl_coef are the covariance losses' options,
+ * (mrl_pg_kind), or a2tgpo (mrl_a2tgpo_loss: PPO without the dual clip, the clip range scaled
+ * per token by clip_scale, a flat tensor, and with turn_level = true, the default, one ratio per
+ * turn of turns, a flat tensor of turn numbers like the batch's; no is_weights);
+ * clip_cov_* and kl_cov_ratio / ppo_kl_coef are the covariance losses' options,
  * seed clip_cov's random choice of tokens, dro_beta DRO's penalty (required with dro).
  * -> stats, dlogp [, dentropy]: the policy loss (plus coef * KL to the reference and minus
  * coef * entropy) over the listed episodes' sampled tokens, each episode one row; is_weights
@@ -579,7 +586,8 @@ static int l_loss(lua_State *L) {
       "clip_high",   "clip_c",       "tau_pos",      "tau_neg",     "clip_cov_ratio",
       "clip_cov_lb", "clip_cov_ub",  "kl_cov_ratio", "ppo_kl_coef", "dro_beta",
       "seed",        "is_weights",   "ref_logp",     "kl",          "kl_coef",
-      "entropy",     "entropy_coef", "details",      NULL};
+      "entropy",     "entropy_coef", "details",      "clip_scale",  "turns",
+      "turn_level",  NULL};
   start(L, keys);
   mrl_engine *e = mrl__lua_engine(L);
   packed p = pack(L, 1);
@@ -590,10 +598,20 @@ static int l_loss(lua_State *L) {
   const float *f_ref = flat_tensor(L, 1, "ref_logp", p.total, false);
   const float *f_ent = flat_tensor(L, 1, "entropy", p.total, false);
   const char *kind_name = mrl__lua_opt_string(L, 1, "kind", "ppo");
+  /* A2TGPO's loss (mrl_a2tgpo_loss): PPO's clip scaled per token, a turn-level ratio */
+  bool a2 = strcmp(kind_name, "a2tgpo") == 0;
+  const float *f_scale = flat_tensor(L, 1, "clip_scale", p.total, a2);
+  const float *f_turns = flat_tensor(L, 1, "turns", p.total, a2);
+  bool turn_level = opt_boolean(L, 1, "turn_level", true);
+  if (!a2 && (f_scale || f_turns))
+    return luaL_argerror(L, 1, lua_pushfstring(L, "%s: only for kind = \"a2tgpo\"",
+                                               f_scale ? "clip_scale" : "turns"));
+  if (a2 && f_isw) return luaL_argerror(L, 1, "is_weights: not supported by kind \"a2tgpo\"");
   int k = 0;
+  if (a2) kind_name = "ppo";
   while (pg_names[k] && strcmp(pg_names[k], kind_name) != 0) k++;
   if (!pg_names[k]) {
-    const char *choices = push_names(L, pg_names);
+    const char *choices = push_names(L, loss_names);
     return luaL_argerror(L, 1, lua_pushfstring(L, "kind: unknown policy loss '%s' (expected one "
                                                "of: %s)", kind_name, choices));
   }
@@ -633,8 +651,22 @@ static int l_loss(lua_State *L) {
   double *ratio = seq ? mrl__obj_buffer(L, p.rows, sizeof(double)) : NULL;
   double *sadv = seq && kind == MRL_PG_GMPO ? mrl__obj_buffer(L, p.rows, sizeof(double)) : NULL;
   mrl_pg_stats s;
-  mrl_status st = mrl_policy_loss(e, kind, &o, logp, old, adv, p.mask, isw, p.rows, p.cols, &s, tl,
-                                  ratio, sadv, dlogp);
+  mrl_status st;
+  if (a2) {
+    float *scale = gather(L, &p, f_scale);
+    int32_t *turn = mrl__obj_buffer(L, cells, sizeof(int32_t));
+    for (int64_t c = 0; c < cells; c++) {
+      float t = p.pos[c] >= 0 ? f_turns[p.pos[c]] : -1.0f;
+      if (!(t >= -1.0f && t < 2147483647.0f && t == floorf(t)))
+        return luaL_argerror(L, 1, "turns: turn numbers (integers >= -1) expected");
+      turn[c] = (int32_t)t;
+    }
+    st = mrl_a2tgpo_loss(e, &o, turn_level, logp, old, adv, p.mask, turn, scale, p.rows, p.cols,
+                         &s, tl, NULL, dlogp);
+  } else {
+    st = mrl_policy_loss(e, kind, &o, logp, old, adv, p.mask, isw, p.rows, p.cols, &s, tl, ratio,
+                         sadv, dlogp);
+  }
   if (st) return raise(L, st);
   double total = s.loss, kl_value = 0.0, kl_loss = 0.0, entropy = 0.0, ent_loss = 0.0;
   if (f_ref) {
@@ -999,7 +1031,7 @@ static int l_names(lua_State *L) {
   static const struct {
     const char *key;
     const char *const *names;
-  } lists[] = {{"loss", pg_names}, {"agg", mrl__obj_agg_names}, {"kl", mrl__obj_kl_names},
+  } lists[] = {{"loss", loss_names}, {"agg", mrl__obj_agg_names}, {"kl", mrl__obj_kl_names},
                {"rs", rs_names}};
   lua_createtable(L, 0, 5);
   for (size_t j = 0; j < sizeof lists / sizeof lists[0]; j++) {

@@ -376,6 +376,8 @@ typedef struct {
   mrl_env **clones;
   int n, total;
   int on_turn, on_branches, on_action, gate_fn; /* stack indices of the functions; 0: none */
+  int forced, forced_lists; /* forced's function and the {[episode] = {entries}} table; 0: none */
+  mrl_tokenizer *tok;
   int groups;                                   /* stack index of the groups list; 0: none */
   int decisions;                                /* stack index of the gate's decisions list */
   bool builtin_gate;
@@ -458,10 +460,11 @@ typedef struct {
   const int *members;
   const char *action;
   size_t len;
+  int third; /* stack index (ro:run's frame) of the third argument; 0: the gate's decisions */
 } hook_call;
 
-/* Runs f(call, fn, decisions) under lua_pcall, fn the Lua function at stack index `fn` of
- * ro:run's frame (the hooks run while it is the current one) or nil; on failure keeps
+/* Runs f(call, fn, decisions or c->third) under lua_pcall, fn the Lua function at stack index
+ * `fn` of ro:run's frame (the hooks run while it is the current one) or nil; on failure keeps
  * "<what>: <message>" in h->err. */
 static mrl_status hook_pcall(lua_hooks *h, lua_CFunction f, hook_call *c, int fn,
                              const char *what) {
@@ -471,7 +474,7 @@ static mrl_status hook_pcall(lua_hooks *h, lua_CFunction f, hook_call *c, int fn
   lua_pushlightuserdata(L, c);
   if (fn) lua_pushvalue(L, fn);
   else lua_pushnil(L);
-  if (h->decisions) lua_pushvalue(L, h->decisions);
+  if (c->third || h->decisions) lua_pushvalue(L, c->third ? c->third : h->decisions);
   else lua_pushnil(L);
   int rc = lua_pcall(L, 3, 0, 0);
   if (rc != LUA_OK) {
@@ -525,8 +528,76 @@ static int p_turn(lua_State *L) {
   return 0;
 }
 
+/* forced(view) -> nil | text: the text (special tokens spelled out are those tokens) is scored
+ * after the episode's context (mrl_rollout_score) and {turn =, logp =, tokens =, logprobs =}
+ * appended to the episode's list in the lists table (argument 3). */
+static int p_forced(lua_State *L) {
+  hook_call *c = lua_touserdata(L, 1);
+  lua_hooks *h = c->h;
+  lua_pushvalue(L, 2);
+  push_view(L, h, c->e, false);
+  lua_call(L, 1, 1);
+  if (lua_isnil(L, -1)) return 0;
+  if (lua_type(L, -1) != LUA_TSTRING)
+    return luaL_error(L, "returned %s; expected the text to score (a string) or nil",
+                      luaL_typename(L, -1));
+  size_t len, count = 0;
+  const char *text = lua_tolstring(L, -1, &len);
+  if (len == 0) return luaL_error(L, "returned an empty string; expected text to score");
+  size_t cap = 3 * len;
+  int32_t *ids = lua_newuserdatauv(L, sizeof(int32_t) * cap, 0);
+  mrl_engine *eng = mrl_model_engine(h->ro->model);
+  mrl_status st = mrl_tokenizer_encode(h->tok, text, len, MRL_ENCODE_SPECIAL, ids, cap, &count);
+  if (!st && (count < 1 || count > (size_t)INT32_MAX / 4)) st = MRL_ERR_INVALID;
+  if (st) return luaL_error(L, "cannot encode the text: %s", mrl_engine_last_error(eng));
+  float *lp = lua_newuserdatauv(L, sizeof(float) * count, 0);
+  int n = (int)count;
+  if ((st = mrl_rollout_score(h->ro->r, 1, &c->e, ids, &n, lp))) {
+    const char *msg = mrl_engine_last_error(eng), *colon = strstr(msg, ": ");
+    return luaL_error(L, "%s", strncmp(msg, "mrl_", 4) == 0 && colon ? colon + 2 : msg);
+  }
+  if (lua_rawgeti(L, 3, c->e + 1) != LUA_TTABLE) {
+    lua_pop(L, 1);
+    lua_newtable(L);
+    lua_pushvalue(L, -1);
+    lua_rawseti(L, 3, c->e + 1);
+  }
+  lua_createtable(L, 0, 4);
+  set_integer(L, "turn", mrl_rollout_turn_count(h->ro->r, c->e));
+  set_integer(L, "tokens", n);
+  double sum = 0.0;
+  lua_createtable(L, n, 0);
+  for (int i = 0; i < n; i++) {
+    sum += lp[i];
+    lua_pushnumber(L, lp[i]);
+    lua_rawseti(L, -2, i + 1);
+  }
+  lua_setfield(L, -2, "logprobs");
+  lua_pushnumber(L, sum);
+  lua_setfield(L, -2, "logp");
+  lua_rawseti(L, -2, (lua_Integer)luaL_len(L, -2) + 1);
+  return 0;
+}
+
+static mrl_status run_forced(lua_hooks *h, int e) {
+  char what[64];
+  snprintf(what, sizeof what, "forced (episode %d)", e + 1);
+  hook_call c = {.h = h, .e = e, .third = h->forced_lists};
+  return hook_pcall(h, p_forced, &c, h->forced, what);
+}
+
+/* After the prompt: the start hook runs only for forced. */
+static mrl_status hook_start(void *user, mrl_rollout *r, int e) {
+  (void)r;
+  return run_forced(user, e);
+}
+
 static mrl_status hook_turn(void *user, mrl_rollout *r, int e) {
   lua_hooks *h = user;
+  if (h->forced && mrl_rollout_end(r, e) == MRL_END_NONE) {
+    mrl_status st = run_forced(h, e);
+    if (st) return st;
+  }
   if (!h->on_turn) return MRL_OK;
   char what[64];
   snprintf(what, sizeof what, "on_turn (episode %d)", e + 1);
@@ -816,7 +887,11 @@ static void push_gate(lua_State *L, const lua_hooks *h, int all, int turn, int f
  * ended; on_action(view, action, attempt) before the environment sees an action may return true
  * to sample the turn again (up to max_resamples times); gate = {turn = K, d_low = 0.12,
  * t_high =, finish = false} (the selective gate, in C) or {turn = K, fn = function(group)
- * return cut end} drops groups at turn K. With hooks the list holds the episodes that were not
+ * return cut end} drops groups at turn K. forced(view) -> text | nil, called after the prompt
+ * (view.turns = 0) and after each turn the episode goes on from, scores the text
+ * (mrl_rollout_score; special tokens spelled out are those tokens) without disturbing the
+ * episode: each summary's forced = {{turn =, logp = (the sum), tokens =, logprobs = {...}}, ...}
+ * (a fork's list starts at its fork). With hooks the list holds the episodes that were not
  * dropped, in episode order; results.slots their episode numbers (ro:tensors takes the list)
  * and results.gate the gate's counts (push_gate). */
 static int m_run(lua_State *L) {
@@ -824,7 +899,7 @@ static int m_run(lua_State *L) {
       "tokenizer", "env",      "tasks",  "seeds",  "max_turns",        "max_turn_tokens",
       "temperature", "top_k",  "top_p",  "min_p",  "system",           "observation_role",
       "chat",      "branch",   "groups", "batch_invariant", "on_turn", "on_branches",
-      "on_action", "max_resamples", "gate", NULL};
+      "on_action", "max_resamples", "gate", "forced", NULL};
   lrollout *ro = check_rollout(L, 1);
   luaL_checktype(L, 2, LUA_TTABLE);
   luaL_checkstack(L, 2 * LUA_MINSTACK, "rl.rollout: run"); /* ~30 values stay on the stack */
@@ -899,6 +974,12 @@ static int m_run(lua_State *L) {
   h->on_turn = opt_function(L, 2, "on_turn");
   h->on_branches = opt_function(L, 2, "on_branches");
   h->on_action = opt_function(L, 2, "on_action");
+  h->forced = opt_function(L, 2, "forced");
+  h->tok = tok;
+  if (h->forced) {
+    lua_newtable(L);
+    h->forced_lists = lua_gettop(L);
+  }
   lua_Integer max_resamples = mrl__lua_opt_integer(L, 2, "max_resamples", 1);
   if (max_resamples < 1 || max_resamples > 1 << 20)
     return luaL_argerror(L, 2, "max_resamples: a number of times >= 1 expected");
@@ -927,14 +1008,15 @@ static int m_run(lua_State *L) {
   }
   if (gate_turn && !group_ids)
     return luaL_argerror(L, 2, "gate: groups (the group of each task) is required");
-  bool hooked = h->on_turn || h->on_branches || h->on_action || gate_turn;
+  bool hooked = h->on_turn || h->on_branches || h->on_action || gate_turn || h->forced;
   if (hooked && k > 1)
     return luaL_argerror(L, 2, "branch: a tree does not run with hooks (on_turn, on_branches, "
-                               "on_action, gate): fork from on_turn instead");
+                               "on_action, gate, forced): fork from on_turn instead");
   mrl_rollout_hooks hooks;
   memset(&hooks, 0, sizeof hooks);
   hooks.user = h;
-  hooks.turn = h->on_turn ? hook_turn : NULL;
+  hooks.turn = h->on_turn || h->forced ? hook_turn : NULL;
+  hooks.start = h->forced ? hook_start : NULL;
   hooks.branches = h->on_branches ? hook_branches : NULL;
   hooks.resample = h->on_action ? hook_action : NULL;
   hooks.max_resamples = (int)max_resamples;
@@ -1041,6 +1123,13 @@ static int m_run(lua_State *L) {
     lua_setfield(L, -2, "rewards");
     lua_pushnumber(L, sum);
     lua_setfield(L, -2, "return_");
+    if (h->forced) {
+      if (lua_rawgeti(L, h->forced_lists, i + 1) == LUA_TNIL) {
+        lua_pop(L, 1);
+        lua_newtable(L);
+      }
+      lua_setfield(L, -2, "forced");
+    }
     const char *err = mrl_rollout_error(ro->r, i);
     if (err) {
       lua_pushstring(L, err);

@@ -63,8 +63,9 @@ void mrl__hooked_end(mrl_hooked *hk);
 int mrl__hooked_total(const mrl_hooked *hk);          /* the episodes in use: n + branches */
 mrl_env *mrl__hooked_env(const mrl_hooked *hk, int e); /* the environment episode e steps */
 float *mrl__hooked_turn_logits(const mrl_hooked *hk); /* for mrl__rollout_generate, or NULL */
-/* Puts the n given episodes, just started, into their groups. */
-void mrl__hooked_start(mrl_hooked *hk);
+/* Puts the n given episodes, just started, into their groups, and calls the start hook of each
+ * whose prompt went in. */
+mrl_status mrl__hooked_start(mrl_hooked *hk);
 /* Whether episode e waits at its group's turn for the group hook's decision. */
 bool mrl__hooked_held(const mrl_hooked *hk, int e);
 /* The resample hook on episode e's action (the text decoded); *again: the turn was taken back

@@ -130,8 +130,20 @@ mrl_status mrl__hooked_begin(mrl_rollout *r, const char *fn, int n, mrl_env *con
   return MRL_OK;
 }
 
-void mrl__hooked_start(mrl_hooked *hk) {
+static mrl_status hook_failed(mrl_hooked *hk, mrl_status st, const char *hook, const char *what,
+                              int which);
+
+mrl_status mrl__hooked_start(mrl_hooked *hk) {
   for (int e = 0; e < hk->n; e++) hk->r->ep[e].group = hk->ngroups ? hk->root_group[e] : -1;
+  const mrl_rollout_hooks *h = hk->h;
+  if (!h->start) return MRL_OK;
+  for (int e = 0; e < hk->n; e++) {
+    if (hk->r->ep[e].end != MRL_END_NONE) continue; /* its prompt never went in */
+    mrl_engine_clear_error(hk->r->engine);
+    mrl_status st = h->start(h->user, hk->r, e); /* depth stays 0: no forks before a turn */
+    if (st) return hook_failed(hk, st, "start", "episode", e);
+  }
+  return MRL_OK;
 }
 
 int mrl__hooked_total(const mrl_hooked *hk) { return hk->total; }

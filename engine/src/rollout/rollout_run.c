@@ -270,8 +270,8 @@ static mrl_status run_loop(mrl_rollout *r, const char *fn, mrl_tokenizer *tok, i
     goto done;
   }
   if (hk) {
-    mrl__hooked_start(hk);
-    if ((st = mrl__hooked_settle(hk))) goto done; /* groups that ended at reset */
+    /* the start hooks, then the groups that ended at reset */
+    if ((st = mrl__hooked_start(hk)) || (st = mrl__hooked_settle(hk))) goto done;
   }
   int nlive = 0;
   for (int e = 0; e < n; e++)

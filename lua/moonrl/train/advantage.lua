@@ -407,6 +407,109 @@ function M.apply_fatal(c, batch, adv)
   return fatal
 end
 
+-- ---------------------------------------------------------------- information gain
+
+-- The information gain of each episode's turns from the forced-continuation scores the rollout
+-- stage took with the info_gain option (ep.forced: after the prompt, then after each turn the
+-- episode went on from; moonrl.train.rollout): f = the mean log-probability of the answer's
+-- tokens (kind "logprob") or its exp (kind "prob"), IG of turn t = f(after t) - f(after t - 1).
+-- One list per episode, one value per IG turn (turns 1 .. #forced - 1); the turns after them
+-- (the answer) have none.
+function M.information_gains(c, batch)
+  local kind = c.info_gain and c.info_gain.kind or "logprob"
+  local out = {}
+  for i, ep in ipairs(batch.episodes) do
+    local f = {}
+    for k, e in ipairs(ep.forced or {}) do f[k] = e.logp / e.tokens end
+    if #f >= 2 then
+      local r = core.advantage.information_gain({ answer_logp_per_turn = f })
+      out[i] = kind == "prob" and r.ig_prob or r.ig_logprob
+    else
+      out[i] = {}
+    end
+  end
+  return out
+end
+
+-- Per-turn values (rows of turn_rows) -> the log's mean |value| per turn position,
+-- adv/turn_<k>_abs (k from 1), and ig/mean over every IG turn.
+local function turn_metrics(rows, values, igs)
+  local m, sum, cnt = {}, {}, {}
+  for r, row in ipairs(rows) do
+    local k = row.turn + 1
+    sum[k], cnt[k] = (sum[k] or 0) + math.abs(values[r]), (cnt[k] or 0) + 1
+  end
+  for k, v in pairs(sum) do m["adv/turn_" .. k .. "_abs"] = v / cnt[k] end
+  local s, n = 0, 0
+  for _, list in ipairs(igs) do
+    for _, v in ipairs(list) do s, n = s + v, n + 1 end
+  end
+  m["ig/mean"] = n > 0 and s / n or 0
+  m["ig/turns"] = n
+  return m
+end
+M.turn_metrics = turn_metrics
+
+-- A2TGPO (spec advantage.md 6.6): IG normalised within (prompt group, turn index), accumulated
+-- (discounted, divided by the square root of the terms), alpha D_t + the outcome's GRPO advantage
+-- on IG turns and the outcome's alone on the answer turn; each IG turn's clip range scaled by
+-- 1 + beta (2 sigmoid(g) - 1), which the loss kind "a2tgpo" reads from batch.clip_scale.
+M.register("a2tgpo", function(ctx, batch)
+  local c = ctx.cfg
+  local ig_opts = c.info_gain
+  local scores, groups = M.scores(batch)
+  local igs = M.information_gains(c, batch)
+  local trajs = {}
+  for i = 1, batch:size() do
+    trajs[i] = { group = groups[i], ig = igs[i], outcome = scores[i] }
+  end
+  local res = core.advantage.a2tgpo_advantages({ trajs = trajs }, { alpha = ig_opts.alpha,
+    gamma = ig_opts.gamma, clip_beta = ig_opts.beta, epsilon = c.adv_epsilon })
+  local rows, index = turn_rows(batch)
+  local values, scale = {}, {}
+  for r, row in ipairs(rows) do
+    local t = res.per_traj[row.episode]
+    local k = math.min(row.turn + 1, #t.turn_adv) -- turns past the IG turns: the answer's
+    values[r], scale[r] = t.turn_adv[k], t.clip_scale[k]
+  end
+  local adv, per_episode = rows_to_tokens(batch, index, values)
+  batch.clip_scale = rows_to_tokens(batch, index, scale)
+  batch.adv_metrics = turn_metrics(rows, values, igs)
+  return adv, per_episode
+end)
+
+-- IGPO-style: each IG turn's reward is its raw information gain and the answer turn's the
+-- episode's score; all turn rewards of the batch are normalised together (mean, population
+-- std), and a turn's advantage is the discounted sum (info_gain.gamma) of the normalised
+-- rewards from it to the episode's end.
+M.register("igpo", function(ctx, batch)
+  local c = ctx.cfg
+  local gamma, eps = c.info_gain.gamma, c.adv_epsilon or 1e-6
+  local scores = M.scores(batch)
+  local igs = M.information_gains(c, batch)
+  local rows, index = turn_rows(batch)
+  local raw = {}
+  for r, row in ipairs(rows) do
+    local ig = igs[row.episode][row.turn + 1]
+    local last = index[row.episode][row.turn + 1] == nil
+    raw[r] = ig or (last and scores[row.episode] or 0)
+  end
+  local mean, var = 0, 0
+  for _, v in ipairs(raw) do mean = mean + v / #raw end
+  for _, v in ipairs(raw) do var = var + (v - mean) ^ 2 / #raw end
+  local sd = math.sqrt(var)
+  local values = {}
+  for r = #rows, 1, -1 do
+    local z = (raw[r] - mean) / (sd + eps)
+    local nxt = rows[r + 1]
+    local later = (nxt and nxt.episode == rows[r].episode) and values[r + 1] or 0
+    values[r] = z + gamma * later
+  end
+  local adv, per_episode = rows_to_tokens(batch, index, values)
+  batch.adv_metrics = turn_metrics(rows, values, igs)
+  return adv, per_episode
+end)
+
 -- The estimator a configuration names: cfg.advantage is a registered name or a function.
 function M.estimator(c)
   if type(c.advantage) == "function" then return { name = "function", fn = c.advantage, critic = false } end
@@ -468,6 +571,12 @@ local function without_unscorable(ctx, batch, est)
     end
     move(batch, keep, a, adv, true)
     for k, i in ipairs(keep) do per_episode[i] = pe[k] end
+    if sub.clip_scale then -- A2TGPO's clip scales; the unscorable episodes' stay 1
+      batch.clip_scale = flat(total)
+      batch.clip_scale:fill(1)
+      move(batch, keep, sub.clip_scale, batch.clip_scale, true)
+    end
+    batch.adv_metrics = sub.adv_metrics
     if sub.critic then
       local old, ret = flat(total), flat(total)
       move(batch, keep, sub.critic.old_values, old, true)

@@ -331,6 +331,7 @@ local function step_once(ctx, step)
     end
     if c.delayed then replay.delayed_metrics(replayed, mt) end
     if fatal then mt["fatal/episodes"] = fatal / train_batch:size() end
+    for k, v in pairs(train_batch.adv_metrics or {}) do mt[k] = v end -- an estimator's own
     local amax = 0
     for _, v in ipairs(per_ep) do amax = math.max(amax, math.abs(v)) end
     mt["adv/abs_max"] = amax

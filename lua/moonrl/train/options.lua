@@ -101,6 +101,12 @@ local SUB = {
     { "push_weights", false, boolean },
   },
   otb = fields { { "handle_zero_tail", true, boolean }, { "epsilon", 1e-8, number(0) } },
+  -- information gain for advantage = "a2tgpo" / "igpo": answer(task) -> the text forced after
+  -- each turn (moonrl.train.rollout); A2TGPO's alpha (IG weight), beta (clip scale), gamma
+  info_gain = fields {
+    { "answer", nil, func, required = true }, { "kind", "logprob", enum { "logprob", "prob" } },
+    { "alpha", 0.3, number() }, { "beta", 0.3, number(0, 1) }, { "gamma", 1.0, number(0, 1) },
+  },
   -- moonrl.train.diagnostics.SPIKE's defaults
   grad_spike = fields { { "factor", 3, number(1) }, { "window", 20, integer(1) },
     { "min_steps", 5, integer(1) } },
@@ -379,8 +385,9 @@ opt("milestone", nil, table_of("milestone", "a table {gamma =, scale =, weight =
 opt("fatal", nil, either(boolean, table_of("fatal", "a table {threshold =}")))
 opt("gdpo", nil, table_of("gdpo", "a table {terms =, weights =}"))
 opt("otb", nil, table_of("otb", "a table {handle_zero_tail =, epsilon =}"))
+opt("info_gain", nil, table_of("info_gain", "a table {answer =, kind =, alpha =, beta =, gamma =}"))
 -- the loss and the update
-opt("loss", "ppo", enum(PG_LOSSES))
+opt("loss", function(c) return c.advantage == "a2tgpo" and "a2tgpo" or "ppo" end, enum(PG_LOSSES))
 opt("agg", "token-mean", enum(AGGS))
 opt("agg_norm", nil, number(0))
 opt("clip_low", nil, number(0))
@@ -600,6 +607,28 @@ local function relations(c)
   end
   if c.sft and type(c.env.oracle) ~= "function" then
     return "sft: the environment " .. c.env.name .. " has no oracle(task, rng) to learn from"
+  end
+  local ig_adv = c.advantage == "a2tgpo" or c.advantage == "igpo"
+  if ig_adv and not c.info_gain then
+    return string.format("info_gain: advantage = %q needs info_gain = {answer = function(task) -> "
+      .. "text, ...} (the forced answer whose information gain it uses)", c.advantage)
+  end
+  if c.info_gain and not ig_adv then
+    return "info_gain: only with advantage = \"a2tgpo\" or \"igpo\" (got " .. describe(c.advantage) .. ")"
+  end
+  if c.loss == "a2tgpo" and c.advantage ~= "a2tgpo" then
+    return "loss: \"a2tgpo\" reads the clip scales of advantage = \"a2tgpo\" (got advantage = "
+      .. describe(c.advantage) .. ")"
+  end
+  if c.loss == "a2tgpo" and c.replay and c.replay.advantages == "stored" then
+    return "replay.advantages: \"stored\" keeps no clip scales for loss = \"a2tgpo\": use \"recompute\""
+  end
+  if c.loss == "a2tgpo" and c.rollout_correction then
+    return "rollout_correction: not with loss = \"a2tgpo\", which takes no importance weights"
+  end
+  if c.info_gain and (c.tree or c.remote) then
+    return "info_gain: scoring the forced answer needs the local engine without a tree ("
+      .. (c.tree and "tree" or "remote") .. " is set)"
   end
   if c.loss == "dro" and not (c.dro_beta and c.dro_beta > 0) then
     return "dro_beta: loss = \"dro\" needs a positive dro_beta (verl has no default)"

@@ -3,9 +3,14 @@
 --
 -- The `rollout` option replaces the stage: a function(ctx, req) -> an rl.batch, where req is
 --   {tasks = list, repeats = episodes per task, seed = integer, temperature = number,
---    group_base = integer, tree = nil or {turn =, k =}, hooks = nil or rollout_hooks}
+--    group_base = integer, tree = nil or {turn =, k =}, hooks = nil or rollout_hooks,
+--    forced = nil or function(view) -> text}
 -- and batch.episodes[i].group is group_base + the index of the episode's task. Training and the
--- default evaluation both roll out through it; only training's requests carry the hooks.
+-- default evaluation both roll out through it; only training's requests carry the hooks and
+-- forced: with the info_gain option, forced(view) = info_gain.answer(view.task), which ro:run
+-- scores after the prompt and after each turn an episode goes on from (mrl_rollout_score,
+-- the episode undisturbed), each episode's scores landing in batch.episodes[i].forced =
+-- {{turn =, logp =, tokens =, logprobs =}, ...} for the a2tgpo / igpo estimators.
 -- A stage that stops and drops groups mid-rollout (the selective rollout gate) reports its counts
 -- as batch.gate: a training step logs its numbers as gate/<name>, with gate/cut_rate and
 -- gate/precision (moonrl.train.diagnostics).
@@ -75,6 +80,7 @@ local function run_once(ctx, req, list, seeds, groups, max_turns)
     batch_invariant = c.batch_invariant,
   }
   local ro = ctx.ro
+  opts.forced = req.forced
   if hooks then
     ro = hooked_rollout(ctx, #list, hooks)
     opts.groups, opts.gate, opts.max_resamples = groups, hooks.gate, hooks.max_resamples
@@ -148,6 +154,20 @@ function M.run(ctx, req)
   return b
 end
 
+-- The info_gain option's forced function for ro:run, or nil.
+function M.forced(c)
+  local ig = c.info_gain
+  if not ig then return nil end
+  return function(view)
+    local text = ig.answer(view.task)
+    if type(text) ~= "string" or text == "" then
+      error("info_gain.answer: the text of the answer (a non-empty string) expected, got "
+        .. (type(text) == "string" and "\"\"" or type(text)), 0)
+    end
+    return text
+  end
+end
+
 -- remote = {push_weights = true}: the policy's weights as a checkpoint (ctx.dir/served.bin)
 -- posted as bytes to each endpoint's /v1/load_weights, so that they sample from them next.
 -- Returns the policy_version the (first) endpoint reports; raises when a push fails (its
@@ -198,7 +218,8 @@ function M.sample(ctx, step)
     local list = tasks.sample(ctx, step, want, mix(c.seed, step, tries))
     local b = ctx.stages.rollout(ctx, { tasks = list, repeats = c.group_size,
       seed = mix(c.seed, step, tries, 7), temperature = c.temperature,
-      group_base = tries * 100000, tree = c.tree, hooks = c.rollout_hooks })
+      group_base = tries * 100000, tree = c.tree, hooks = c.rollout_hooks,
+      forced = M.forced(c) })
     drawn = drawn + #list
     counts = diagnostics.add_gate(counts, b.gate)
     if not (c.dynamic_sampling or gate) then

@@ -66,7 +66,10 @@ function M.run(ctx, batch, adv, step)
         clip_cov_ub = c.clip_cov_ub, kl_cov_ratio = c.kl_cov_ratio, ppo_kl_coef = c.ppo_kl_coef,
         dro_beta = c.dro_beta, seed = kind == "clip_cov" and mix(c.seed, step, epoch, a) or nil,
         is_weights = is_weights, ref_logp = ref, kl = c.kl, kl_coef = c.kl_coef, entropy = ent,
-        entropy_coef = c.entropy_coef }
+        entropy_coef = c.entropy_coef,
+        -- A2TGPO's loss: the estimator's per-token clip scales and the turns of its ratios
+        clip_scale = kind == "a2tgpo" and batch.clip_scale or nil,
+        turns = kind == "a2tgpo" and batch.turns or nil }
       local vstats, dvalues
       if head then
         vstats, dvalues = core.objective.value_loss { values = values,

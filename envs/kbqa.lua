@@ -1,0 +1,213 @@
+-- kbqa.lua - multi-hop question answering over a synthetic knowledge base with a search tool:
+-- the search-QA environment of spec reproductions.md, section 3.2 (A2TGPO, IGPO). 200 entities
+-- (three-letter names), three relations (boss, city, pet) whose values are entities too; each
+-- fact is a one-line document ("ann boss bob"). A question composes 1-4 relations from a start
+-- entity ("city of boss of ann?": the city of ann's boss).
+--
+--   observation  "Q: city of boss of ann?"          action  "search ann boss"
+--   observation  "ann boss bob | kim boss ann"      action  "search bob city"
+--   observation  "bob city tex | tex pet bob"       action  "answer tex"  -> done, reward 1
+--
+-- Actions: search <words> (the top 2 documents by a BM25-style score of the words: an entity
+-- alone, or an entity and a relation; documents that mention the entity the other way round are
+-- the distractors), answer <x> (ends the episode; reward 1 when x is the answer, else 0). Anything
+-- else is invalid: reward -0.1 (the format term), observation "invalid", the turn spent. The
+-- episode also ends after task.max_turns actions (M.max_turns = 6: four searches, a spare one,
+-- the answer).
+--
+-- Splits: one entity in five (by a hash of its name) is held out, and one two-or-more-hop relation
+-- chain in five; "train" questions start at a kept entity and ask a kept chain, "test" questions
+-- start at a held-out entity or ask a held-out chain (never both kept). M.gen({hops =, split =},
+-- rng) makes one task {question =, start =, chain = {relations}, path = {entities}, answer =,
+-- hops =, max_turns =}; M.tasks(split, n, seed) cycles hops over 1..4. M.oracle(task, rng): one
+-- correct search per hop ("search <entity> <relation>"), with a redundant repeat of a search one
+-- time in four, then the answer; M.solve(task): the same without the redundant searches (the
+-- perfect oracle). M.gold(task) is the answer's text as an "answer <x>" action, which the
+-- info_gain option forces after each turn. Instances have clone(). Everything is a function of
+-- the seeds given; the knowledge base is fixed (M.kb).
+local rl = require "moonrl"
+
+local M = { name = "kbqa", format = "line", max_turns = 6, relations = { "boss", "city", "pet" },
+  entities = 200, max_hops = 4 }
+
+-- ---------------------------------------------------------------- the knowledge base
+
+local CONS, VOWELS = "bdfgklmnprstvz", "aeiou"
+
+local function hash(s, seed)
+  local h = seed or 7
+  for i = 1, #s do h = rl.train.mix(h, s:byte(i)) end
+  return h
+end
+
+-- The fixed knowledge base: names, facts (subject -> relation -> object) and documents.
+local function build()
+  local rng, names, seen = rl.rng(20260301), {}, {}
+  while #names < M.entities do
+    local a, b, c = rng:random(#CONS), rng:random(#VOWELS), rng:random(#CONS)
+    local name = CONS:sub(a, a) .. VOWELS:sub(b, b) .. CONS:sub(c, c)
+    if not seen[name] then
+      seen[name] = true
+      names[#names + 1] = name
+    end
+  end
+  local fact, docs = {}, {}
+  for _, s in ipairs(names) do
+    fact[s] = {}
+    for _, r in ipairs(M.relations) do
+      local o
+      repeat o = names[rng:random(#names)] until o ~= s
+      fact[s][r] = o
+      docs[#docs + 1] = { s, r, o }
+    end
+  end
+  -- document frequencies of each word, for the idf
+  local df = {}
+  for _, d in ipairs(docs) do
+    local once = {}
+    for _, w in ipairs(d) do
+      if not once[w] then df[w], once[w] = (df[w] or 0) + 1, true end
+    end
+  end
+  return { names = names, fact = fact, docs = docs, df = df }
+end
+M.kb = build()
+local KB = M.kb
+
+-- Whether an entity, or a relation chain (its names joined by spaces), is held out.
+function M.held_entity(name) return hash(name, 11) % 5 == 0 end
+function M.held_chain(chain) return #chain >= 2 and hash(table.concat(chain, " "), 13) % 5 == 0 end
+
+-- search(words) -> the top 2 documents (as text, "a r b | c r d") by BM25 (k1 = 1.2, b = 0.75;
+-- every document has three words, so the length term is 1) over the query's words, ties broken
+-- by a hash of the document and the query (so a distractor can come first).
+function M.search(text)
+  local words, seen = {}, {}
+  for w in text:lower():gmatch("%a+") do
+    if not seen[w] then words[#words + 1], seen[w] = w, true end
+  end
+  if #words == 0 then return "no results" end
+  local N, best = #KB.docs, {}
+  for i, d in ipairs(KB.docs) do
+    local s = 0
+    for _, w in ipairs(words) do
+      local tf = 0
+      for _, x in ipairs(d) do if x == w then tf = tf + 1 end end
+      if tf > 0 then
+        local df = KB.df[w]
+        s = s + math.log(1 + (N - df + 0.5) / (df + 0.5)) * tf * 2.2 / (tf + 1.2)
+      end
+    end
+    if s > 0 then best[#best + 1] = { s = s, tie = hash(table.concat(d, " ") .. "/" .. text, 17), i = i } end
+  end
+  if #best == 0 then return "no results" end
+  table.sort(best, function(a, b)
+    if math.abs(a.s - b.s) > 1e-9 then return a.s > b.s end
+    if a.tie ~= b.tie then return a.tie < b.tie end
+    return a.i < b.i
+  end)
+  local out = {}
+  for k = 1, math.min(2, #best) do out[k] = table.concat(KB.docs[best[k].i], " ") end
+  return table.concat(out, " | ")
+end
+
+-- ---------------------------------------------------------------- tasks
+
+-- gen({hops = 1..4, split = "train" | "test"}, rng) -> a task.
+function M.gen(params, rng)
+  local hops = params.hops
+  assert(math.type(hops) == "integer" and hops >= 1 and hops <= M.max_hops, "kbqa.gen: hops must be an integer in 1..4")
+  local test = params.split == "test"
+  for _ = 1, 10000 do
+    local start = KB.names[rng:random(#KB.names)]
+    local chain = {}
+    for h = 1, hops do chain[h] = M.relations[rng:random(#M.relations)] end
+    local he, hc = M.held_entity(start), M.held_chain(chain)
+    if (test and (he or hc)) or (not test and not he and not hc) then
+      local path, cur = { start }, start
+      for h = 1, hops do
+        cur = KB.fact[cur][chain[h]]
+        path[h + 1] = cur
+      end
+      local words = {}
+      for h = hops, 1, -1 do words[#words + 1] = chain[h] .. " of" end
+      return { question = "Q: " .. table.concat(words, " ") .. " " .. start .. "?", start = start,
+        chain = chain, path = path, answer = cur, hops = hops, max_turns = M.max_turns }
+    end
+  end
+  error("kbqa.gen: no task found", 2)
+end
+
+function M.tasks(split, n, seed)
+  assert(split == "train" or split == "test", "split must be \"train\" or \"test\"")
+  local rng, out = rl.rng(seed or 0), {}
+  for i = 1, n do out[i] = M.gen({ hops = (i - 1) % M.max_hops + 1, split = split }, rng) end
+  return out
+end
+
+-- The answer as the action that gives it.
+function M.gold(task) return "answer " .. task.answer end
+
+-- ---------------------------------------------------------------- episodes
+
+local Episode = {}
+Episode.__index = Episode
+function M.new() return setmetatable({}, Episode) end
+
+function Episode:reset(task)
+  self.task, self.steps, self.searches = task, 0, 0
+  return task.question
+end
+
+function Episode:step(action, parsed)
+  self.steps = self.steps + 1
+  local text = (parsed and parsed.text) or action
+  local verb, rest = text:match("^%s*(%a+)%s*(.-)%s*$")
+  verb = verb and verb:lower()
+  local obs, reward, done, info
+  if verb == "answer" and rest ~= "" then
+    local ok = rest:lower() == self.task.answer
+    return nil, ok and 1 or 0, true, { success = ok, searches = self.searches, hops = self.task.hops }
+  elseif verb == "search" and rest ~= "" then
+    self.searches = self.searches + 1
+    obs, reward, info = M.search(rest), 0, { success = false }
+  else
+    obs, reward, info = "invalid", -0.1, { success = false, invalid = true }
+  end
+  done = self.steps >= (self.task.max_turns or M.max_turns)
+  info.hops = self.task.hops
+  if done then return nil, reward, true, info end
+  return obs, reward, false, info
+end
+
+function Episode:clone()
+  return setmetatable({ task = self.task, steps = self.steps, searches = self.searches }, Episode)
+end
+
+-- ---------------------------------------------------------------- oracles
+
+local function demo(task, redundant)
+  local out = {}
+  for h = 1, task.hops do
+    local q = "search " .. task.path[h] .. " " .. task.chain[h]
+    out[#out + 1] = q
+    if redundant and redundant() then out[#out + 1] = q end
+  end
+  out[#out + 1] = M.gold(task)
+  return out
+end
+
+function M.solve(task) return demo(task) end
+
+function M.oracle(task, rng)
+  local spare = M.max_turns - task.hops - 1 -- redundant searches that still leave room to answer
+  return demo(task, function()
+    if spare > 0 and rng:random(4) == 1 then
+      spare = spare - 1
+      return true
+    end
+    return false
+  end)
+end
+
+return M

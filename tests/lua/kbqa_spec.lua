@@ -1,0 +1,118 @@
+-- kbqa_spec.lua - envs/kbqa.lua (the rules its header states: the knowledge base, search's top 2
+-- documents by the BM25-style score with the distractors, answer and its reward, the invalid
+-- action's format term, the turn budget, the held-out split, the oracles, determinism) and a
+-- smoke run of recipes/search_qa.lua (it runs, prints its measured seconds per step first and
+-- its table; not that it learns).
+local H = dofile((debug.getinfo(1, "S").source:match("^@(.*/)") or "./") .. "helpers.lua")
+local rl = require "moonrl"
+
+local kb = dofile(H.root .. "/envs/kbqa.lua")
+
+local function play(task, actions)
+  local inst, record = kb.new(), {}
+  local first = inst:reset(task, rl.rng(1))
+  for _, a in ipairs(actions) do
+    local _, _, done = rl.env.step(kb, inst, a, record)
+    if done then break end
+  end
+  return record, first
+end
+
+describe("envs/kbqa.lua", function()
+  it("holds 200 entities with a boss, a city and a pet each, one document per fact", function()
+    assert.are.equal(200, #kb.kb.names)
+    assert.are.equal(600, #kb.kb.docs)
+    local seen = {}
+    for _, n in ipairs(kb.kb.names) do
+      assert.is_nil(seen[n])
+      assert.matches("^%l%l%l$", n)
+      seen[n] = true
+    end
+    for _, n in ipairs(kb.kb.names) do
+      for _, r in ipairs(kb.relations) do
+        local v = kb.kb.fact[n][r]
+        assert.is_true(seen[v] and v ~= n, n .. " " .. r)
+      end
+    end
+  end)
+
+  it("asks the question, and search finds the fact and its distractor", function()
+    local task = kb.gen({ hops = 2 }, rl.rng(3))
+    local a, r1, r2 = task.start, task.chain[1], task.chain[2]
+    assert.are.equal("Q: " .. r2 .. " of " .. r1 .. " of " .. a .. "?", task.question)
+    assert.are.equal(kb.kb.fact[kb.kb.fact[a][r1]][r2], task.answer)
+    local rec, first = play(task, { "search " .. a .. " " .. r1 })
+    assert.are.equal(task.question, first)
+    local docs = {}
+    for d in rec[1].observation:gmatch("[^|]+") do docs[#docs + 1] = d:match("^%s*(.-)%s*$") end
+    assert.are.equal(2, #docs)
+    local fact = a .. " " .. r1 .. " " .. kb.kb.fact[a][r1]
+    assert.is_true(docs[1] == fact or docs[2] == fact, rec[1].observation)
+    -- the other one shares both words: the entity as the object of the relation, if any exists
+    local other = docs[1] == fact and docs[2] or docs[1]
+    local s, r, o = other:match("^(%l+) (%l+) (%l+)$")
+    local reverse = false
+    for _, d in ipairs(kb.kb.docs) do reverse = reverse or (d[2] == r1 and d[3] == a) end
+    if reverse then assert.is_true(r == r1 and o == a, other) else assert.is_true(s == a or o == a, other) end
+    assert.are.equal("no results", kb.search("zzzz"))
+  end)
+
+  it("rewards the right answer with 1, a wrong one with 0, an invalid action with -0.1", function()
+    local task = kb.gen({ hops = 1 }, rl.rng(5))
+    local rec = play(task, { "hello", kb.gold(task) })
+    assert.are.equal("invalid", rec[1].observation)
+    assert.are.equal(-0.1, rec[1].reward)
+    assert.are.equal(1, rec[2].reward)
+    assert.is_true(rec[2].info.success)
+    local wrong = play(task, { "answer " .. (task.answer == "bab" and "bac" or "bab") })
+    assert.are.equal(0, wrong[1].reward)
+    assert.is_false(wrong[1].info.success)
+    local long = play(task, { "search a", "search b", "search c", "search d", "search e", "search f", "search g" })
+    assert.are.equal(kb.max_turns, #long) -- the budget ends it
+  end)
+
+  it("splits by held-out entities and chains; the oracles answer every question", function()
+    local train, test = kb.tasks("train", 80, 1), kb.tasks("test", 80, 1)
+    for i, t in ipairs(train) do
+      assert.are.equal((i - 1) % 4 + 1, t.hops)
+      assert.is_false(kb.held_entity(t.start) or kb.held_chain(t.chain))
+    end
+    for _, t in ipairs(test) do assert.is_true(kb.held_entity(t.start) or kb.held_chain(t.chain)) end
+    local redundant, hops = 0, 0
+    for i, t in ipairs(test) do
+      hops = hops + t.hops
+      local acts = kb.oracle(t, rl.rng(i))
+      redundant = redundant + #acts - (t.hops + 1)
+      local rec = play(t, acts)
+      assert.is_true(rec[#rec].info.success, t.question)
+      assert.is_true(#acts <= kb.max_turns)
+      assert.are.same({}, (function()
+        local s = kb.solve(t)
+        return #s == t.hops + 1 and {} or s
+      end)())
+    end
+    -- one search in four repeated, while the budget leaves room for the answer
+    assert.is_true(redundant > hops / 8 and redundant < hops / 2.5, "redundant searches " .. redundant .. " of " .. hops)
+    assert.are.same(kb.tasks("test", 10, 7), kb.tasks("test", 10, 7))
+  end)
+end)
+
+describe("recipes/search_qa.lua", function()
+  it("runs a few steps and prints the measured seconds per step, then its table", function()
+    local dir = H.tmpdir()
+    local out, code = H.run(table.concat({ H.shell_quote(H.moonrl), "run",
+      H.shell_quote(H.root .. "/recipes/search_qa.lua"), "--steps 1 --tasks 2 --group 2",
+      "--sft-examples 40 --sft-epochs 1 --eval-tasks 2 --dir", H.shell_quote(dir) }, " "))
+    assert.are.equal(0, code, out)
+    local rate = out:find("measured: [%d.]+ s per RL step")
+    local tbl = out:find("method%s+1%-hop%%")
+    assert.is_truthy(rate, out)
+    assert.is_truthy(tbl, out)
+    assert.is_true(rate < tbl)
+    for _, arm in ipairs { "grpo", "igpo", "a2tgpo", "SFT" } do assert.matches("\n" .. arm .. " ", out) end
+    local bad = H.run(table.concat({ H.shell_quote(H.moonrl), "run", H.shell_quote(H.root .. "/recipes/search_qa.lua"),
+      "--methods ppo" }, " "))
+    assert.matches("unknown method 'ppo'", bad)
+    H.sh("rm -rf " .. H.shell_quote(dir))
+  end)
+end)
