@@ -301,13 +301,7 @@ local function print_table(list, title)
 end
 
 local t_all = rl.clock()
-local runs = R.over_seeds(o.seed, o.seeds, function(seed)
-  local rows = one_seed(seed)
-  if o.seeds > 1 then print_table({ rows }, "seed " .. seed) end
-  return rows
-end)
-print_table(runs, o.seeds > 1 and string.format("seeds %d-%d (mean ± spread over %d)", o.seed,
-  o.seed + o.seeds - 1, o.seeds) or string.format("seed %d", o.seed))
+R.report(o.seed, o.seeds, one_seed, print_table)
 print(string.format("(acc, Brier, ECE in expectation over the toss given q; Brier@r: after round r of %d steps; "
   .. "wire/poll/blog: episodes that looked there; s/step: measured, eval excluded; %.0f s in all)",
   o.steps // o.rounds, rl.clock() - t_all))

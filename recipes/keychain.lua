@@ -280,12 +280,6 @@ local function print_tables(list, title)
 end
 
 local t_all = rl.clock()
-local runs = R.over_seeds(o.seed, o.seeds, function(seed)
-  local rows = one_seed(seed)
-  if o.seeds > 1 then print_tables({ rows }, "seed " .. seed) end
-  return rows
-end)
-print_tables(runs, o.seeds > 1 and string.format("seeds %d-%d (mean ± spread over %d)", o.seed,
-  o.seed + o.seeds - 1, o.seeds) or string.format("seed %d", o.seed))
+R.report(o.seed, o.seeds, one_seed, print_tables)
 print(string.format("(util: mean adv/utilisation over the steps; s/st: measured seconds per RL step, eval excluded; "
   .. "%.0f s in all)", rl.clock() - t_all))

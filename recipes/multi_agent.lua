@@ -141,13 +141,7 @@ local function print_table(list, title)
 end
 
 local t_all = rl.clock()
-local runs = R.over_seeds(o.seed, o.seeds, function(seed)
-  local rows = one_seed(seed)
-  if o.seeds > 1 then print_table({ rows }, "seed " .. seed) end
-  return rows
-end)
-print_table(runs, o.seeds > 1 and string.format("seeds %d-%d (mean ± spread over %d)", o.seed, o.seed + o.seeds - 1,
-  o.seeds) or string.format("seed %d", o.seed))
+R.report(o.seed, o.seeds, one_seed, print_table)
 print(string.format("(success: held-out team success, %%; r_plan: the planner's held-out mean reward (0/1), %%; "
   .. "r_exec: the executor's (0..30); "
   .. "spk: gradient-norm spikes over the run (> 5x running median); s/step: seconds per RL step, eval excluded; "

@@ -5,6 +5,7 @@
 --   local o = assert(rl.recipe.args(arg, { seed = 1, seeds = 1, steps = 60, arms = "a,b", quick = false }))
 --   local runs = rl.recipe.over_seeds(o.seed, o.seeds, function(seed) return table_rows(seed) end)
 --   for _, row in ipairs(rl.recipe.summarise(runs, "arm")) do print(row.arm, rl.recipe.pm(row.success)) end
+--   rl.recipe.report(o.seed, o.seeds, one_seed, print_table)   -- per-seed tables, then the summary
 local argcheck = require "moonrl.argcheck"
 
 local M = {}
@@ -86,6 +87,27 @@ function M.over_seeds(first, n, fn)
   local out = {}
   for k = 1, n do out[k] = fn(first + k - 1) end
   return out
+end
+
+-- report(first, n, run, print_table) -> runs: over_seeds(first, n, run), run(seed) returning one
+-- seed's rows; with n > 1 each seed's table is printed as it ends (print_table({rows},
+-- "seed <s>")); then the table over all of them, print_table(runs, title), title "seed <first>"
+-- or "seeds <first>-<last> (mean ± spread over <n>)".
+function M.report(first, n, run, print_table)
+  if type(run) ~= "function" then error("rl.recipe.report: run: a function(seed) -> rows expected", 2) end
+  if type(print_table) ~= "function" then
+    error("rl.recipe.report: print_table: a function(runs, title) expected", 2)
+  end
+  if math.type(first) ~= "integer" then error("rl.recipe.report: first: an integer expected", 2) end
+  if math.type(n) ~= "integer" or n < 1 then error("rl.recipe.report: n: a positive integer expected", 2) end
+  local runs = M.over_seeds(first, n, function(seed)
+    local rows = run(seed)
+    if n > 1 then print_table({ rows }, "seed " .. seed) end
+    return rows
+  end)
+  print_table(runs, n > 1 and string.format("seeds %d-%d (mean ± spread over %d)", first, first + n - 1, n)
+    or string.format("seed %d", first))
+  return runs
 end
 
 -- mean_spread(values) -> mean, spread (the sample standard deviation; 0 for one value), n. nil

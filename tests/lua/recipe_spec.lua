@@ -74,4 +74,20 @@ describe("rl.recipe over seeds", function()
     assert.are.equal("-", R.pm(nil))
     assert.are.equal("1.50 ± 0.50", R.pm({ mean = 1.5, spread = 0.5, n = 2 }, 1, "%.2f"))
   end)
+
+  it("reports each seed's table, then the one over all seeds", function()
+    local printed = {}
+    local function print_table(runs, title) printed[#printed + 1] = { title = title, n = #runs } end
+    local runs = R.report(3, 2, function(seed) return { { arm = "a", v = seed } } end, print_table)
+    assert.are.same({ { { arm = "a", v = 3 } }, { { arm = "a", v = 4 } } }, runs)
+    assert.are.same({ { title = "seed 3", n = 1 }, { title = "seed 4", n = 1 },
+      { title = "seeds 3-4 (mean ± spread over 2)", n = 2 } }, printed)
+    printed = {}
+    R.report(5, 1, function(seed) return { { v = seed } } end, print_table)
+    assert.are.same({ { title = "seed 5", n = 1 } }, printed) -- one seed: its table once
+    assert.has_error(function() R.report(1, 0, function() end, print_table) end,
+      "rl.recipe.report: n: a positive integer expected")
+    assert.has_error(function() R.report(1, 1, nil, print_table) end,
+      "rl.recipe.report: run: a function(seed) -> rows expected")
+  end)
 end)
