@@ -120,12 +120,9 @@ local function run_seed(seed)
   local model = new_model(seed)
   local data = rl.train.oracle_examples({ cfg = { env = env, max_turns = env.max_turns }, tokenizer = tok },
     o.sft, rl.train.mix(seed, 0xF7))
-  local s = rl.sft { model = model, data = data, epochs = o.sft_epochs, batch_size = 16, lr = 3e-3,
-    warmup = 10, seed = rl.train.mix(seed, 0x5F7) }
-  model:reset_optimizer()
-  rl.fs.mkdir(o.dir)
   local sft_path = string.format("%s/clinic-sft-s%d.bin", o.dir, seed)
-  assert(model:save_checkpoint(sft_path))
+  local s = rl.recipe.warm_start { model = model, data = data, epochs = o.sft_epochs, path = sft_path,
+    seed = rl.train.mix(seed, 0x5F7) }
   timing.sft, timing.sft_loss, timing.sft_examples = rl.clock() - t0, s.final_loss, #data
   for _, arm in ipairs(arms) do
     local m = new_model(seed)

@@ -129,12 +129,9 @@ local function run_seed(seed)
   local data = rl.train.oracle_examples({ cfg = { env = env, max_turns = env.max_turns }, tokenizer = tok },
     o.sft, rl.train.mix(seed, 0xF7))
   for _, ex in ipairs(hinted_examples(o.sft // 4, rl.train.mix(seed, 0x417))) do data[#data + 1] = ex end
-  local s = rl.sft { model = model, data = data, epochs = o.sft_epochs, batch_size = 16, lr = 3e-3,
-    warmup = 10, seed = rl.train.mix(seed, 0x5F7) }
-  model:reset_optimizer()
-  rl.fs.mkdir(o.dir)
   local sft_path = string.format("%s/clinic_ttopd-sft-s%d.bin", o.dir, seed)
-  assert(model:save_checkpoint(sft_path))
+  local s = rl.recipe.warm_start { model = model, data = data, epochs = o.sft_epochs, path = sft_path,
+    seed = rl.train.mix(seed, 0x5F7) }
   timing.sft, timing.sft_loss, timing.sft_examples = rl.clock() - t0, s.final_loss, #data
   for _, arm in ipairs(arms) do
     local m = new_model(seed)

@@ -102,12 +102,9 @@ local function warm_start(seed)
   local t0 = rl.clock()
   local ctx = { cfg = { env = keychain, max_turns = keychain.max_turns }, tokenizer = tok }
   local data = rl.train.oracle_examples(ctx, o.sft_examples, rl.train.mix(seed, 0xF7))
-  local r = rl.sft { model = m, data = data, epochs = o.sft_epochs, batch_size = 16, lr = 3e-3,
-    warmup = 10, seed = rl.train.mix(seed, 0x5F7) }
-  m:reset_optimizer()
   local path = string.format("%s/keychain-sft-s%d.bin", o.dir, seed)
-  assert(rl.fs.mkdir(o.dir))
-  assert(m:save_checkpoint(path))
+  local r = rl.recipe.warm_start { model = m, data = data, epochs = o.sft_epochs, path = path,
+    seed = rl.train.mix(seed, 0x5F7) }
   return path, { seconds = rl.clock() - t0, loss = r.final_loss, examples = #data }
 end
 

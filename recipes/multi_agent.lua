@@ -66,11 +66,9 @@ local function warm_start(seed)
   assert(rl.fs.mkdir(o.dir))
   for k, agent in ipairs(planact.agents) do
     local m = new_model(rl.train.mix(seed, k))
-    local r = rl.sft { model = m, data = data[agent], epochs = o.sft_epochs, batch_size = 16, lr = 3e-3,
-      warmup = 10, seed = rl.train.mix(seed, 0x5F7, k) }
-    m:reset_optimizer()
     paths[agent] = string.format("%s/multi-sft-%s-s%d.bin", o.dir, agent, seed)
-    assert(m:save_checkpoint(paths[agent]))
+    local r = rl.recipe.warm_start { model = m, data = data[agent], epochs = o.sft_epochs, path = paths[agent],
+      seed = rl.train.mix(seed, 0x5F7, k) }
     loss[agent] = r.final_loss
   end
   return paths, { seconds = rl.clock() - t0, loss = loss, examples = #data.planner }

@@ -89,12 +89,9 @@ local scripted_rows = { oracle = scripted(env.oracle), perfect = scripted(env.pe
 local function warm_start(seed, data, n, tag)
   local model = new_model(seed)
   local part = table.move(data, 1, n, 1, {})
-  local s = rl.sft { model = model, data = part, epochs = o.sft_epochs, batch_size = 16, lr = 3e-3, warmup = 10,
-    seed = rl.train.mix(seed, 0x5F7) }
-  model:reset_optimizer()
-  rl.fs.mkdir(o.dir)
   local path = string.format("%s/shell_lite-%s-s%d.bin", o.dir, tag, seed)
-  assert(model:save_checkpoint(path))
+  local s = rl.recipe.warm_start { model = model, data = part, epochs = o.sft_epochs, path = path,
+    seed = rl.train.mix(seed, 0x5F7) }
   return path, s.final_loss
 end
 

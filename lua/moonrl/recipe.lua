@@ -7,6 +7,8 @@
 --   for _, row in ipairs(rl.recipe.summarise(runs, "arm")) do print(row.arm, rl.recipe.pm(row.success)) end
 --   rl.recipe.report(o.seed, o.seeds, one_seed, print_table)   -- per-seed tables, then the summary
 local argcheck = require "moonrl.argcheck"
+local core = require "moonrl.core"
+local sftlib = require "moonrl.sft"
 
 local M = {}
 
@@ -87,6 +89,32 @@ function M.over_seeds(first, n, fn)
   local out = {}
   for k = 1, n do out[k] = fn(first + k - 1) end
   return out
+end
+
+-- warm_start{model =, data =, path =, seed =, epochs = 2, batch_size = 16, lr = 3e-3, warmup =
+-- 10} -> the rl.sft result: the SFT start every arm of a recipe shares: rl.sft of model on data,
+-- the optimizer state reset (each arm's AdamW starts afresh), and the weights saved to path
+-- (model:save_checkpoint, its folder made) for each arm to load. Raises when the file cannot be
+-- written.
+local WARM = { model = true, data = true, path = true, seed = true, epochs = true, batch_size = true,
+  lr = true, warmup = true }
+function M.warm_start(o)
+  if type(o) ~= "table" then error("rl.recipe.warm_start: a table {model =, data =, path =, ...} expected", 2) end
+  for k in pairs(o) do
+    if not WARM[k] then error("rl.recipe.warm_start: unknown option '" .. tostring(k) .. "'", 2) end
+  end
+  if type(o.path) ~= "string" or o.path == "" then error("rl.recipe.warm_start: path: a file name expected", 2) end
+  local r = sftlib.sft { model = o.model, data = o.data, epochs = o.epochs or 2, batch_size = o.batch_size or 16,
+    lr = o.lr or 3e-3, warmup = o.warmup or 10, seed = o.seed }
+  o.model:reset_optimizer()
+  local dir = o.path:match("^(.*)/[^/]*$")
+  if dir and dir ~= "" then
+    local ok, err = core.fs.mkdir(dir)
+    if not ok then error("rl.recipe.warm_start: " .. tostring(err), 2) end
+  end
+  local ok, err = o.model:save_checkpoint(o.path)
+  if not ok then error("rl.recipe.warm_start: " .. tostring(err), 2) end
+  return r
 end
 
 -- report(first, n, run, print_table) -> runs: over_seeds(first, n, run), run(seed) returning one

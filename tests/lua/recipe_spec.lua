@@ -1,6 +1,8 @@
 -- recipe_spec.lua - rl.recipe: command-line options checked against a recipe's defaults, runs
--- over seeds, and the mean ± spread of their tables (checked against hand-computed values).
+-- over seeds, the mean ± spread of their tables (checked against hand-computed values), and the
+-- shared SFT start (against doing it by hand).
 local rl = require "moonrl"
+local H = dofile((debug.getinfo(1, "S").source:match("^@(.*/)") or "./") .. "helpers.lua")
 local R = rl.recipe
 
 describe("rl.recipe.args", function()
@@ -89,5 +91,50 @@ describe("rl.recipe over seeds", function()
       "rl.recipe.report: n: a positive integer expected")
     assert.has_error(function() R.report(1, 1, nil, print_table) end,
       "rl.recipe.report: run: a function(seed) -> rows expected")
+  end)
+end)
+
+describe("rl.recipe.warm_start", function()
+  local function setup()
+    local tok = rl.tokenizer.bytes()
+    local data = {}
+    for i = 1, 12 do
+      local ids = tok:encode("ab" .. string.char(97 + i % 5) .. "cd")
+      local mask = {}
+      for k = 1, #ids do mask[k] = k > 2 and 1 or 0 end
+      data[i] = { tokens = ids, mask = mask }
+    end
+    return rl.model.new { vocab = 264, dim = 16, layers = 1, heads = 2, ffn = 32, ctx = 16, seed = 5 }, data
+  end
+  local function bytes(path)
+    local f = assert(io.open(path, "rb"))
+    local s = f:read("a")
+    f:close()
+    return s
+  end
+
+  it("saves the SFT'd weights with a fresh optimizer, as doing it by hand does", function()
+    local dir = H.tmpdir()
+    local m, data = setup()
+    local r = R.warm_start { model = m, data = data, epochs = 2, path = dir .. "/sub/start.bin", seed = 9 }
+    assert.is_number(r.final_loss)
+    local by_hand, same = setup()
+    local r2 = rl.sft { model = by_hand, data = same, epochs = 2, batch_size = 16, lr = 3e-3, warmup = 10, seed = 9 }
+    by_hand:reset_optimizer()
+    assert(by_hand:save_checkpoint(dir .. "/by_hand.bin"))
+    assert.are.equal(r2.final_loss, r.final_loss)
+    assert.is_true(bytes(dir .. "/sub/start.bin") == bytes(dir .. "/by_hand.bin"))
+    os.execute("rm -rf " .. H.shell_quote(dir))
+  end)
+
+  it("refuses unknown options and says why a checkpoint could not be written", function()
+    local m, data = setup()
+    H.assert_error(function() R.warm_start { model = m, data = data, path = "x.bin", epoch = 1 } end,
+      { "rl.recipe.warm_start: unknown option 'epoch'" })
+    H.assert_error(function() R.warm_start { model = m, data = data } end, { "path: a file name expected" })
+    local file = H.write_temp("not a folder")
+    H.assert_error(function() R.warm_start { model = m, data = data, epochs = 1, path = file .. "/start.bin" } end,
+      { "rl.recipe.warm_start: " })
+    os.remove(file)
   end)
 end)
