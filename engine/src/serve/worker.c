@@ -1250,6 +1250,14 @@ static void load_weights(worker *w, srv_job *j, const mrl_json *root) {
 }
 
 /* One job: parsed, validated, answered or (a generation, when run) admitted to a slot. */
+/* A job's reply is complete: its status set and the connection thread woken (s->mu held).
+ * mrl__serve_finish does this and drops the engine side's reference. */
+static void mark_done(srv_job *j, int status) {
+  j->status = status;
+  j->done = true;
+  pthread_cond_broadcast(&j->cond);
+}
+
 static void handle(worker *w, srv_job *j, bool run) {
   mrl_server *s = w->s;
   if (j->kind == JOB_LOAD_WEIGHTS && j->raw) {
@@ -1278,16 +1286,22 @@ static void handle(worker *w, srv_job *j, bool run) {
       fail_job(s, j, 500, "server_error", NULL, "internal_error", "out of memory");
     } else {
       g->job = j;
-      if (parse_gen(w, j, root, g) && run) {
-        admit(w, g);
-      } else {
-        if (!j->done) { /* valid, not run: as far as the checker goes */
-          pthread_mutex_lock(&s->mu);
-          mrl__serve_finish(j, 200);
-          pthread_mutex_unlock(&s->mu);
-        }
-        gen_free(g);
+      /* A reference of this call's own: a request that fails its checks is finished inside
+       * parse_gen, which drops the engine side's reference, and the connection thread may then
+       * free the job before j->done is read below. */
+      pthread_mutex_lock(&s->mu);
+      j->refs++;
+      pthread_mutex_unlock(&s->mu);
+      bool admitted = parse_gen(w, j, root, g) && run;
+      if (admitted) admit(w, g);
+      pthread_mutex_lock(&s->mu);
+      if (!admitted && !j->done) { /* valid, not run: as far as the checker goes */
+        mark_done(j, 200);
+        j->refs--; /* the engine side's reference, which finishing drops; ours goes below */
       }
+      mrl__serve_release(j);
+      pthread_mutex_unlock(&s->mu);
+      if (!admitted) gen_free(g);
     }
   }
   mrl__json_free(doc);
@@ -1326,9 +1340,7 @@ int mrl__serve_check_request(mrl_server *s, int kind, const char *body, size_t l
 
 void mrl__serve_finish(srv_job *j, int status) {
   if (j->done) return;
-  j->status = status;
-  j->done = true;
-  pthread_cond_broadcast(&j->cond);
+  mark_done(j, status);
   mrl__serve_release(j);
 }
 
