@@ -21,7 +21,12 @@
 --
 --   moonrl run recipes/search_qa.lua [--seed 1] [--seeds 3] [--methods grpo,igpo,a2tgpo]
 --     [--steps 30] [--tasks 8] [--group 8] [--sft-examples 6000] [--sft-epochs 3]
---     [--eval-tasks 32] [--lr 2e-4] [--temperature 1] [--reuse-sft] [--dir runs]
+--     [--eval-tasks 32] [--lr 2e-4] [--temperature 1] [--reuse-sft] [--grid 16] [--dir runs]
+--
+-- --grid n: the PASS@(k, T) evaluation grid (spec 3.2, "PASS@(k,T)"; rl.train.eval.pass_grid)
+-- of each arm's policy after training and of the SFT policy, on the held-out 1-hop and 3-hop
+-- questions: n samples a question at temperature 1 (k = 1, 2, 4, ... up to n; T = 1..6 turns);
+-- 0 (the default) leaves it out.
 --
 -- --reuse-sft loads <dir>/search_qa-sft-s<seed>.bin when it exists instead of training it again
 -- (the same seed and SFT options give the same file).
@@ -36,7 +41,7 @@ local R = rl.recipe
 
 local o, why = R.args(arg, { seed = 1, seeds = 1, methods = "grpo,igpo,a2tgpo", steps = 30,
   tasks = 8, group = 8, sft_examples = 6000, sft_epochs = 3, eval_tasks = 32, lr = 2e-4,
-  temperature = 1.0, reuse_sft = false, dir = root .. "/runs" })
+  temperature = 1.0, reuse_sft = false, grid = 0, dir = root .. "/runs" })
 if not o then error("search_qa.lua: " .. why, 0) end
 
 local KNOWN = { grpo = true, igpo = true, a2tgpo = true }
@@ -46,6 +51,12 @@ for name in o.methods:gmatch("[^,]+") do
   METHODS[#METHODS + 1] = name
 end
 local HOPS, TURNS = kbqa.max_hops, kbqa.max_turns
+local GRID_HOPS, GRID_KS = { 1, 3 }, {}
+if o.grid < 0 then error("search_qa.lua: --grid: 0 or a number of samples expected", 0) end
+do
+  local k = 1
+  while k <= o.grid do GRID_KS[#GRID_KS + 1], k = k, 2 * k end
+end
 
 local ADVANTAGE = {
   grpo = { advantage = "grpo" },
@@ -91,6 +102,20 @@ local function held_out(ctx)
   return out
 end
 
+-- The PASS@(k, T) grids of a policy (ctx) on the held-out questions of each of GRID_HOPS:
+-- {[h] = grid}.
+local function grids(ctx)
+  local out = {}
+  for _, h in ipairs(GRID_HOPS) do
+    local list = {}
+    for _, t in ipairs(HELD) do
+      if t.hops == h then list[#list + 1] = t end
+    end
+    out[h] = rl.train.eval.pass_grid(ctx, { tasks = list, n = o.grid, ks = GRID_KS, seed = 77 + h })
+  end
+  return out
+end
+
 local function warm_start(seed)
   local path = string.format("%s/search_qa-sft-s%d.bin", o.dir, seed)
   local f = o.reuse_sft and io.open(path, "rb")
@@ -113,14 +138,19 @@ local function run_arm(seed, sft_path, method)
   local m, tok = new_model(seed)
   m:load_checkpoint(sft_path)
   m:reset_optimizer()
-  local secs, n, absadv = 0, 0, {}
+  local secs, n, absadv, grid = 0, 0, {}, {}
   local opts = {
     model = m, tokenizer = tok, env = kbqa, name = string.format("search_qa-%s-s%d", method, seed),
     dir = o.dir, seed = seed, overwrite = true, steps = o.steps, tasks_per_step = o.tasks,
     group_size = o.group, minibatch = o.tasks * o.group, max_turn_tokens = 20, clip_low = 0.2,
     clip_high = 0.28, lr = o.lr, temperature = o.temperature, capacity = 320,
     eval = { every = o.steps, tasks = 1, k = 1 }, progress = false, log_episodes = 2,
-    evaluate = function(ctx) return held_out(ctx) end,
+    evaluate = function(ctx, step)
+      if o.grid > 0 and (step == o.steps or (step == 0 and method == METHODS[1])) then
+        grid[step == 0 and "SFT" or method] = grids(ctx)
+      end
+      return held_out(ctx)
+    end,
     on_step = function(step, mt)
       local s = mt["time/step"] - (mt["time/eval"] or 0)
       secs, n = secs + s, n + 1
@@ -138,7 +168,7 @@ local function run_arm(seed, sft_path, method)
   }
   for k, v in pairs(ADVANTAGE[method]) do opts[k] = v end
   local result = rl.train(opts)
-  local row = { arm = method, sps = secs / math.max(n, 1), before = result.before }
+  local row = { arm = method, sps = secs / math.max(n, 1), before = result.before, grid = grid }
   for h = 1, HOPS do row["h" .. h] = result.after["eval/h" .. h] end
   row.all = result.after["eval/all"]
   for k = 1, TURNS do row["a" .. k] = absadv[k] end
@@ -169,6 +199,29 @@ local function one_seed(seed)
     end
   end
   rows[#rows + 1] = sft_row
+  if o.grid > 0 then
+    local by = {}
+    for _, row in ipairs(rows) do
+      for policy, g in pairs(row.grid or {}) do by[policy] = g end
+      row.grid = nil
+    end
+    local order = { "SFT" }
+    for _, m in ipairs(METHODS) do order[#order + 1] = m end
+    for _, h in ipairs(GRID_HOPS) do
+      print(string.format("\nseed %d: PASS@(k,T) on the %d held-out %d-hop questions, %d samples each at temperature 1",
+        seed, o.eval_tasks, h, o.grid))
+      local head = { string.format("%-8s %2s", "policy", "T") }
+      for _, k in ipairs(GRID_KS) do head[#head + 1] = string.format("%6s", "k=" .. k) end
+      print(table.concat(head, " "))
+      for _, policy in ipairs(order) do
+        for t = 1, TURNS do
+          local line = { string.format("%-8s %2d", t == 1 and policy or "", t) }
+          for _, k in ipairs(GRID_KS) do line[#line + 1] = string.format("%6.1f", 100 * by[policy][h][t][k]) end
+          print(table.concat(line, " "))
+        end
+      end
+    end
+  end
   rows.seconds = rl.clock() - t0
   print(string.format("seed %d: %.0f s", seed, rows.seconds))
   return rows

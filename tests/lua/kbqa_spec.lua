@@ -110,6 +110,20 @@ describe("recipes/search_qa.lua", function()
     assert.is_truthy(tbl, out)
     assert.is_true(rate < tbl)
     for _, arm in ipairs { "grpo", "igpo", "a2tgpo", "SFT" } do assert.matches("\n" .. arm .. " ", out) end
+    -- --grid: PASS@(k,T) for SFT and each arm, 1-hop and 3-hop, k = 1, 2, 4 and T = 1..6
+    local g, gcode = H.run(table.concat({ H.shell_quote(H.moonrl), "run",
+      H.shell_quote(H.root .. "/recipes/search_qa.lua"), "--steps 1 --tasks 2 --group 2 --methods grpo --grid 4",
+      "--sft-examples 40 --sft-epochs 1 --eval-tasks 2 --reuse-sft --dir", H.shell_quote(dir) }, " "))
+    assert.are.equal(0, gcode, g)
+    for _, h in ipairs { 1, 3 } do
+      local at = g:find("PASS@%(k,T%) on the 2 held%-out " .. h .. "%-hop questions, 4 samples each")
+      assert.is_truthy(at, g)
+      local block = g:sub(at)
+      assert.matches("policy%s+T%s+k=1%s+k=2%s+k=4\n", block)
+      assert.matches("\nSFT%s+1%s+[%d.]+%s+[%d.]+%s+[%d.]+\n", block)
+      assert.matches("\ngrpo%s+1%s+[%d.]+%s+[%d.]+%s+[%d.]+\n", block)
+      assert.matches("\n%s+6%s+[%d.]+%s+[%d.]+%s+[%d.]+\n", block)
+    end
     local bad = H.run(table.concat({ H.shell_quote(H.moonrl), "run", H.shell_quote(H.root .. "/recipes/search_qa.lua"),
       "--methods ppo" }, " "))
     assert.matches("unknown method 'ppo'", bad)
