@@ -171,3 +171,23 @@ void free_clones(mrl_env **clones, int n) {
     clones[i] = NULL;
   }
 }
+
+void copy_episode(const mrl_rollout *r, int e, episode *out) {
+  memset(out, 0, sizeof *out);
+  out->len = mrl_rollout_length(r, e);
+  out->end = mrl_rollout_end(r, e);
+  out->turns = mrl_rollout_turn_count(r, e);
+  if (out->len > EPISODE_COPY_CAP || out->turns > EPISODE_COPY_CAP) {
+    CHECKF(false, "episode %d: %d tokens, %d turns: more than a copy holds", e, out->len, out->turns);
+    out->len = out->turns = 0;
+    return;
+  }
+  if (out->len > 0) {
+    memcpy(out->tokens, mrl_rollout_tokens(r, e), sizeof(int32_t) * (size_t)out->len);
+    memcpy(out->logprobs, mrl_rollout_logprobs(r, e), sizeof(float) * (size_t)out->len);
+  }
+  if (out->turns > 0)
+    memcpy(out->rewards, mrl_rollout_rewards(r, e), sizeof(double) * (size_t)out->turns);
+}
+
+bool same_episode(const episode *a, const episode *b) { return memcmp(a, b, sizeof *a) == 0; }

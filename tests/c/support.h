@@ -6,6 +6,7 @@
 #include "check.h"
 #include "moonrl.h"
 
+#include <stdbool.h>
 #include <stddef.h>
 
 /* SHAPE(3, 4) expands to the two arguments `rank, shape` the engine and the helpers take. */
@@ -66,6 +67,21 @@ unsigned char *read_bytes(const char *path, size_t *n);
 int for_each_file(const char *subdir,
                   void (*fn)(const char *name, const unsigned char *data, size_t n, void *ud),
                   void *ud);
+
+/* One episode's record after a rollout, copied out so that runs can be compared bit for bit
+ * (memcmp of two copies, or same_episode): its length, end, turns, tokens, behaviour
+ * log-probabilities and rewards, zero past them. */
+enum { EPISODE_COPY_CAP = 512 };
+typedef struct {
+  int len, end, turns;
+  int32_t tokens[EPISODE_COPY_CAP];
+  float logprobs[EPISODE_COPY_CAP];
+  double rewards[EPISODE_COPY_CAP];
+} episode;
+/* Copies episode e of r into *out (a failed check when it is longer than EPISODE_COPY_CAP). */
+void copy_episode(const mrl_rollout *r, int e, episode *out);
+/* Whether two copies are the same bytes. */
+bool same_episode(const episode *a, const episode *b);
 
 /* Frees the n environments a tree or hooked rollout's clone() made (each one malloc'd block
  * whose first member is its mrl_env, NULL where none was made) and sets the entries to NULL. */

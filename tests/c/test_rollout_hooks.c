@@ -144,31 +144,6 @@ static mrl_rollout_config config(int max_turns, int max_turn_tokens, float tempe
   return cfg;
 }
 
-/* One episode's record, copied out. */
-typedef struct {
-  int len, end, turns;
-  int32_t tokens[CAP];
-  float logprobs[CAP];
-  double rewards[CAP];
-} episode;
-
-static void take(const setup *s, int e, episode *out) {
-  memset(out, 0, sizeof *out);
-  out->len = mrl_rollout_length(s->r, e);
-  out->end = mrl_rollout_end(s->r, e);
-  out->turns = mrl_rollout_turn_count(s->r, e);
-  if (out->len > 0) {
-    memcpy(out->tokens, mrl_rollout_tokens(s->r, e), sizeof(int32_t) * (size_t)out->len);
-    memcpy(out->logprobs, mrl_rollout_logprobs(s->r, e), sizeof(float) * (size_t)out->len);
-  }
-  if (out->turns > 0)
-    memcpy(out->rewards, mrl_rollout_rewards(s->r, e), sizeof(double) * (size_t)out->turns);
-}
-
-static bool same_episode(const episode *a, const episode *b) {
-  return memcmp(a, b, sizeof *a) == 0;
-}
-
 /* The record length at the end of turn `turns` (the first `turns` turns and their observations:
  * everything before turn index `turns`). */
 static int prefix_length(const setup *s, int e, int turns) {
@@ -233,7 +208,7 @@ static void test_fork_in_hook_equals_tree(void) {
   fresh_envs(&s, ROOTS, 4, 80);
   MUST(mrl_rollout_run_tree(s.r, s.tok, ROOTS, s.pv, s.seeds, &cfg, T, K, s.clones));
   episode tree[ROOTS * K];
-  for (int e = 0; e < ROOTS * K; e++) take(&s, e, &tree[e]);
+  for (int e = 0; e < ROOTS * K; e++) copy_episode(s.r, e, &tree[e]);
 
   fresh_envs(&s, ROOTS, 4, 80);
   fork_hooks f = new_fork_hooks(T, K, 0);
@@ -244,12 +219,12 @@ static void test_fork_in_hook_equals_tree(void) {
   int differ = 0;
   for (int i = 0; i < ROOTS; i++) {
     episode got;
-    take(&s, i, &got);
+    copy_episode(s.r, i, &got);
     CHECKF(same_episode(&got, &tree[i]), "root %d differs from the tree's", i);
     CHECKF(f.first[i] >= ROOTS, "root %d was not forked", i);
     for (int j = 1; j < K; j++) {
       int b = f.first[i] + j - 1, parent, index, turn;
-      take(&s, b, &got);
+      copy_episode(s.r, b, &got);
       CHECKF(same_episode(&got, &tree[ROOTS + i * (K - 1) + j - 1]),
              "branch %d of root %d differs from the tree's", j, i);
       CHECK(mrl_rollout_origin(s.r, b, &parent, &index, &turn) == 0);
@@ -314,8 +289,8 @@ static void test_fork_outcomes_and_drops(void) {
   CHECK(parent == 2 && index == 2 && turn == 2);
   /* a fork of an ended episode is a copy of it, never stepped, with no clone */
   episode a, b;
-  take(&s, 1, &a);
-  take(&s, copy, &b);
+  copy_episode(s.r, 1, &a);
+  copy_episode(s.r, copy, &b);
   CHECK(same_episode(&a, &b) && a.end == MRL_END_DONE && s.clones[copy] == NULL);
   CHECK(s.clones[2] && s.clones[3] && s.clones[nested]);
   /* three forks, each reported once when over: the ended copy at once, the nested one before
@@ -416,7 +391,7 @@ static void test_group_cut_and_shared_prefix(void) {
   fresh_envs(&s, GN, 4, 300);
   MUST(mrl_rollout_run(s.r, s.tok, GN, s.pv, s.seeds, &cfg));
   episode plain[GN];
-  for (int e = 0; e < GN; e++) take(&s, e, &plain[e]);
+  for (int e = 0; e < GN; e++) copy_episode(s.r, e, &plain[e]);
 
   int groups[GN];
   group_ids(groups);
@@ -432,7 +407,7 @@ static void test_group_cut_and_shared_prefix(void) {
     for (int e = 0; e < GN; e++) {
       bool cut = groups[e] == 11 || groups[e] == 13;
       episode got;
-      take(&s, e, &got);
+      copy_episode(s.r, e, &got);
       CHECK(mrl_rollout_dropped(s.r, e) == (cut ? 1 : 0));
       if (!cut || finish) {
         CHECKF(same_episode(&got, &plain[e]), "episode %d (finish %d) differs from the ungated run's",
@@ -453,7 +428,7 @@ static void test_group_cut_and_shared_prefix(void) {
   fresh_envs(&s, 1, 4, 307);
   MUST(mrl_rollout_run(s.r, s.tok, 1, s.pv, s.seeds, &cfg));
   episode alone;
-  take(&s, 0, &alone);
+  copy_episode(s.r, 0, &alone);
   CHECK(same_episode(&alone, &plain[7]));
   free_setup(&s);
 }
@@ -667,10 +642,10 @@ static void test_resample_turn(void) {
     CHECKF(worst < 1e-4, "resampled log-probabilities off by %.2e", worst);
     /* episode 1 was never resampled: as in a run without hooks */
     episode hooked, plain;
-    take(&s, 1, &hooked);
+    copy_episode(s.r, 1, &hooked);
     fresh_envs(&s, 2, 3, 90);
     MUST(mrl_rollout_run(s.r, s.tok, 2, s.pv, s.seeds, &cfg));
-    take(&s, 1, &plain);
+    copy_episode(s.r, 1, &plain);
     CHECK(same_episode(&hooked, &plain));
   }
   free_setup(&s);
@@ -830,7 +805,7 @@ static void test_hooks_alloc_failures(void) {
   MUST(sweep_run(&s, &total)); /* warms what is made once */
   MUST(sweep_run(&s, &total));
   int want_total = total;
-  for (int e = 0; e < total; e++) take(&s, e, &want[e]);
+  for (int e = 0; e < total; e++) copy_episode(s.r, e, &want[e]);
   free_clones(s.clones, MAXE);
   size_t used = mrl_engine_memory_used(s.e);
   long live = c.live, fails = 0;
@@ -849,7 +824,7 @@ static void test_hooks_alloc_failures(void) {
     MUST(sweep_run(&s, &total));
     bool same = total == want_total;
     for (int e = 0; e < total && same; e++) {
-      take(&s, e, &got);
+      copy_episode(s.r, e, &got);
       same = same_episode(&got, &want[e]);
     }
     CHECKF(same, "the run after request %ld failed differs", at);

@@ -132,24 +132,6 @@ static mrl_status score_now(void *user, mrl_rollout *r, int e) {
   return MRL_OK;
 }
 
-/* One episode's record, copied out. */
-typedef struct {
-  int len, end, turns;
-  int32_t tokens[CAP];
-  float logprobs[CAP];
-  double rewards[CAP];
-} episode;
-
-static void take(const setup *s, int e, episode *out) {
-  memset(out, 0, sizeof *out);
-  out->len = mrl_rollout_length(s->r, e);
-  out->end = mrl_rollout_end(s->r, e);
-  out->turns = mrl_rollout_turn_count(s->r, e);
-  memcpy(out->tokens, mrl_rollout_tokens(s->r, e), sizeof(int32_t) * (size_t)out->len);
-  memcpy(out->logprobs, mrl_rollout_logprobs(s->r, e), sizeof(float) * (size_t)out->len);
-  memcpy(out->rewards, mrl_rollout_rewards(s->r, e), sizeof(double) * (size_t)out->turns);
-}
-
 static mrl_status run_scored(setup *s, int n, scorer *sc) {
   fresh_envs(s, n, 3);
   mrl_rollout_config cfg = config();
@@ -224,11 +206,11 @@ static void test_scoring_leaves_episodes_as_they_were(void) {
   episode *want = malloc(sizeof(episode) * MAXE), got;
   sc->on = false;
   MUST(run_scored(&s, 5, sc));
-  for (int e = 0; e < 5; e++) take(&s, e, &want[e]);
+  for (int e = 0; e < 5; e++) copy_episode(s.r, e, &want[e]);
   sc->on = true;
   MUST(run_scored(&s, 5, sc));
   for (int e = 0; e < 5; e++) {
-    take(&s, e, &got);
+    copy_episode(s.r, e, &got);
     CHECKF(memcmp(&got, &want[e], sizeof got) == 0,
            "episode %d scored at every turn differs from it unscored", e);
     CHECK(sc->points[e] >= 3);
@@ -242,7 +224,7 @@ static void test_scoring_leaves_episodes_as_they_were(void) {
   MUST(mrl_rollout_score(s.r, 2, eps, f, counts, a));
   MUST(mrl_rollout_score(s.r, 2, eps, f, counts, b));
   CHECK(memcmp(a, b, sizeof(float) * (size_t)(counts[0] + counts[1])) == 0);
-  take(&s, 3, &got);
+  copy_episode(s.r, 3, &got);
   CHECK(memcmp(&got, &want[3], sizeof got) == 0);
   /* a batch scores each episode as it scores alone (to rounding: outside a batch-invariant run
    * the rows share one matrix product) */
