@@ -220,16 +220,11 @@ if #all > 1 then
   for _, prefix in ipairs { "", "t1_" } do
     print(string.format("\nover %d seeds (%d..%d), %s: mean ± sample sd", #all, o.seed, o.seed + #all - 1,
       prefix == "" and "greedy" or "sampled at temperature 1"))
-    local h = string.format("%-28s", "policy")
-    for _, c in ipairs(COLS) do h = h .. string.format(" %15s", c[2]) end
-    print(h)
-    for _, r in ipairs(ORDER) do
-      local line = string.format("%-28s", r.label)
-      for _, c in ipairs(COLS) do
-        local vals = {}
-        for i, rows in ipairs(all) do vals[i] = c[4] * row_figures(rows, r, prefix)[c[1]] end
-        line = line .. string.format(" %15s", pm(vals, c[4] == 100 and "%.1f" or "%.2f"))
-      end
+    local headers = {}
+    for k, c in ipairs(COLS) do headers[k] = c[2] end
+    for _, line in ipairs(rl.recipe.spread_table { runs = all, rows = ORDER, headers = headers, label_width = 28,
+      value = function(rows, r, k) return COLS[k][4] * row_figures(rows, r, prefix)[COLS[k][1]] end,
+      fmt = function(k) return COLS[k][4] == 100 and "%.1f" or "%.2f" end }) do
       print(line)
     end
   end

@@ -191,18 +191,11 @@ end)
 
 if #all > 1 then
   print(string.format("\nover %d seeds (%d..%d): mean ± sample sd", #all, o.seed, o.seed + #all - 1))
-  local h = string.format("%-26s", "policy")
-  for _, c in ipairs(COLS) do h = h .. string.format(" %14s", c[2]) end
-  print(h)
-  for _, r in ipairs(ORDER) do
-    local line = string.format("%-26s", r.label)
-    for _, c in ipairs(COLS) do
-      local vals = {}
-      for i, rows in ipairs(all) do vals[i] = c[3] * row_of(rows, r.key)[c[1]] end
-      local mean, spread, n = rl.recipe.mean_spread(vals)
-      line = line .. string.format(" %14s", rl.recipe.pm({ mean = mean, spread = spread, n = n }, 1,
-        c[3] == 100 and "%.1f" or "%.2f"))
-    end
+  local headers = {}
+  for k, c in ipairs(COLS) do headers[k] = c[2] end
+  for _, line in ipairs(rl.recipe.spread_table { runs = all, rows = ORDER, headers = headers, label_width = 26,
+    cell_width = 14, value = function(rows, r, k) return COLS[k][3] * row_of(rows, r.key)[COLS[k][1]] end,
+    fmt = function(k) return COLS[k][3] == 100 and "%.1f" or "%.2f" end }) do
     print(line)
   end
 end

@@ -138,6 +138,34 @@ function M.report(first, n, run, print_table)
   return runs
 end
 
+-- spread_table{runs =, rows =, headers =, value =, fmt = "%.2f", label = "policy", label_width =
+-- 16, cell_width = 15} -> lines: a table over seeds, its header (label, then headers[k] right
+-- aligned) and one line per row of rows (row.label, then for each column k the mean ± sample sd
+-- over the runs of value(run, row, k), M.pm with scale 1 and fmt, or fmt(k) when fmt is a
+-- function).
+function M.spread_table(o)
+  if type(o) ~= "table" or type(o.runs) ~= "table" or type(o.rows) ~= "table"
+    or type(o.headers) ~= "table" or type(o.value) ~= "function" then
+    error("rl.recipe.spread_table: {runs =, rows =, headers =, value = function(run, row, k)} expected", 2)
+  end
+  local lw, cw = o.label_width or 16, o.cell_width or 15
+  local head = { string.format("%-" .. lw .. "s", o.label or "policy") }
+  for _, h in ipairs(o.headers) do head[#head + 1] = string.format("%" .. cw .. "s", h) end
+  local lines = { table.concat(head, " ") }
+  for _, row in ipairs(o.rows) do
+    local line = { string.format("%-" .. lw .. "s", row.label) }
+    for k = 1, #o.headers do
+      local vals = {}
+      for i, run in ipairs(o.runs) do vals[i] = o.value(run, row, k) end
+      local mean, spread, n = M.mean_spread(vals)
+      local fmt = type(o.fmt) == "function" and o.fmt(k) or o.fmt or "%.2f"
+      line[#line + 1] = string.format("%" .. cw .. "s", M.pm({ mean = mean, spread = spread, n = n }, 1, fmt))
+    end
+    lines[#lines + 1] = table.concat(line, " ")
+  end
+  return lines
+end
+
 -- mean_spread(values) -> mean, spread (the sample standard deviation; 0 for one value), n. nil
 -- values are left out; mean is nil when none is left.
 function M.mean_spread(values)

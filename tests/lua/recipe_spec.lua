@@ -138,3 +138,19 @@ describe("rl.recipe.warm_start", function()
     os.remove(file)
   end)
 end)
+
+describe("rl.recipe.spread_table", function()
+  it("lays out a header and each row's mean ± sample sd over the runs", function()
+    local runs = { { a = { x = 0.5, y = 2 } }, { a = { x = 0.7, y = 4 } }, { a = { x = 0.9, y = 6 } } }
+    local lines = R.spread_table { runs = runs, rows = { { key = "a", label = "arm a" } }, headers = { "x%", "y" },
+      label_width = 6, cell_width = 12, value = function(run, row, k)
+        local v = run[row.key]
+        return k == 1 and 100 * v.x or v.y
+      end, fmt = function(k) return k == 1 and "%.1f" or "%.2f" end }
+    assert.are.same({ "policy           x%            y", "arm a  70.0 ± 20.0 4.00 ± 2.00" }, lines) -- (widths in bytes, as string.format pads)
+    local one = R.spread_table { runs = { runs[1] }, rows = { { key = "a", label = "a" } }, headers = { "y" },
+      value = function(run) return run.a.y end }
+    assert.are.same("a" .. string.rep(" ", 27) .. "2.00", one[2]) -- one seed: the value alone
+    H.assert_error(function() R.spread_table { runs = runs, rows = {} } end, { "rl.recipe.spread_table:" })
+  end)
+end)
