@@ -128,7 +128,7 @@ local function run_episode(o, tpl, ep)
   if o.system then msgs[1] = { role = "system", content = o.system } end
   msgs[#msgs + 1] = { role = "user", content = obs }
   local ids = tok:chat(msgs, { template = tpl.name, add_generation_prompt = true })
-  if #ids > o.capacity then return fail(ep, "budget") end
+  if #ids >= o.capacity then return fail(ep, "budget") end -- no room for a sampled token (as the engine)
   append(ep, ids, 0, nil, -1)
   local toks, vocab = ep.t.tokens, tok:vocab_size()
   while true do
@@ -159,7 +159,7 @@ local function run_episode(o, tpl, ep)
     local pre = {}
     if not stopped then pre[1] = tpl.stop end
     for _, id in ipairs(tpl.sep) do pre[#pre + 1] = id end
-    if #toks + #pre + #next_ids > o.capacity then return fail(ep, "budget") end
+    if #toks + #pre + #next_ids >= o.capacity then return fail(ep, "budget") end
     append(ep, pre, 0, nil, turn - 1)
     append(ep, next_ids, 0, nil, turn - 1)
   end

@@ -354,6 +354,49 @@ static void test_limits(void) {
   free_setup(&s);
 }
 
+/* A prompt or an observation that fills the capacity exactly leaves no room to sample: the
+ * episode ends out of budget (it used to stay running, and the next decoding step failed the
+ * whole run with "episode N is full"). */
+static void test_exact_capacity(void) {
+  digit_env envs[N];
+  uint64_t seeds[N] = {5, 6, 7, 8};
+  mrl_rollout_config cfg = config(2, 4);
+  int prompt[N], first[N]; /* the prompt's length, and the record's after turn 1's observation */
+  {
+    setup s = make_setup(N, 200);
+    default_envs(envs);
+    run(&s, envs, seeds, &cfg);
+    for (int e = 0; e < N; e++) {
+      const int32_t *turn = mrl_rollout_turns(s.r, e);
+      int len = mrl_rollout_length(s.r, e), n = 0;
+      while (n < len && turn[n] < 0) n++;
+      prompt[e] = n;
+      while (n < len && turn[n] < 1) n++;
+      first[e] = n;
+      CHECK(mrl_rollout_turn_count(s.r, e) == 2);
+    }
+    free_setup(&s);
+  }
+  CHECKF(prompt[0] == prompt[1] && first[0] > prompt[0], "prompts %d %d, after turn 1: %d", prompt[0],
+         prompt[1], first[0]);
+  setup s = make_setup(N, prompt[0]);
+  default_envs(envs);
+  run(&s, envs, seeds, &cfg);
+  for (int e = 0; e < N; e++) {
+    CHECK(mrl_rollout_end(s.r, e) == MRL_END_BUDGET);
+    CHECK(mrl_rollout_turn_count(s.r, e) == 0);
+  }
+  free_setup(&s);
+  /* episode 0's first observation ends exactly at the capacity */
+  s = make_setup(N, first[0]);
+  default_envs(envs);
+  run(&s, envs, seeds, &cfg);
+  CHECKF(mrl_rollout_end(s.r, 0) == MRL_END_BUDGET && mrl_rollout_turn_count(s.r, 0) == 1,
+         "episode 0: end %d after %d turns", mrl_rollout_end(s.r, 0), mrl_rollout_turn_count(s.r, 0));
+  CHECK(mrl_rollout_length(s.r, 0) < first[0]); /* the observation that did not fit is not in */
+  free_setup(&s);
+}
+
 /* A fork continues from the same state: same prefix, own stream. */
 static void test_fork(void) {
   setup s = make_setup(3, 100);
@@ -1300,6 +1343,7 @@ static const test_case tests[] = {{"mask_and_template", test_mask_and_template},
                                   {"same_seed_same_episodes", test_same_seed_same_episodes},
                                   {"env_error_ends_one_episode", test_env_error_ends_one_episode},
                                   {"limits", test_limits},
+                                  {"exact_capacity", test_exact_capacity},
                                   {"fork", test_fork},
                                   {"tree", test_tree},
                                   {"errors", test_errors},

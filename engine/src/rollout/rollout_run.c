@@ -118,7 +118,7 @@ static mrl_status start_all(driver *d, const char *fn, int n, mrl_env *const *en
     msgs[k++] = (mrl_chat_message){"user", obs, len};
     size_t count;
     if ((st = render(d, fn, msgs, k, &count))) return st;
-    if ((int64_t)count > d->r->capacity) {
+    if ((int64_t)count >= d->r->capacity) { /* no room left for a single sampled token */
       mrl__rollout_blank(d->r, e, seeds[e]);
       p->end = MRL_END_BUDGET;
       continue;
@@ -222,7 +222,8 @@ static mrl_status take_turn(driver *d, const char *fn, mrl_env *env, int e, int 
     size_t npre = 0;
     if (reason != MRL_TURN_STOP) pre[npre++] = d->stop;
     for (int k = 0; k < d->nsep; k++) pre[npre++] = d->sep[k];
-    if ((int64_t)p->length + (int64_t)(npre + count) > r->capacity) {
+    /* (an observation that would leave no room for a sampled token does not go in either) */
+    if ((int64_t)p->length + (int64_t)(npre + count) >= r->capacity) {
       p->end = MRL_END_BUDGET;
       return MRL_OK;
     }
