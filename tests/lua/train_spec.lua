@@ -1139,8 +1139,9 @@ end
 
   it("registers estimators by name, the built-ins among them, and checks what it is given", function()
     local A = rl.train.advantage
-    for _, name in ipairs { "grpo", "rloo", "gigpo", "beacon", "gae" } do assert.is_table(A.get(name)) end
+    for _, name in ipairs { "grpo", "rloo", "gigpo", "beacon", "gae", "step_gae" } do assert.is_table(A.get(name)) end
     assert.is_true(A.get("gae").critic)
+    assert.is_true(A.get("step_gae").critic)
     A.register("spec_loo", leave_one_out)
     local found = false
     for _, name in ipairs(A.names()) do found = found or name == "spec_loo" end

@@ -371,6 +371,54 @@ M.register("gae", function(ctx, batch)
   return adv, per_episode
 end, { critic = true })
 
+-- StepPO's step-level GAE (spec advantage.md 6.3, rl.advantage.steppo_step_gae): the step is
+-- the turn. A turn's reward is the sum of its sampled tokens' rewards (token_rewards above: the
+-- environment's turn reward on the turn's last sampled token, the rest of the episode's total on
+-- the episode's last), its value the critic's value at its first sampled token; GAE runs over each
+-- episode's turns (gamma, lam; a turn with no sampled token is a zero-reward, zero-value step),
+-- the advantages are whitened over all turns of the batch, and every sampled token of a turn gets
+-- its turn's advantage, with the turn's return (advantage + value, before whitening) as the value
+-- head's target. A batch of fewer than two turns has no spread to whiten: no update.
+M.register("step_gae", function(ctx, batch)
+  local c, n, mask, turns = ctx.cfg, batch:size(), batch.mask, batch.turns
+  local rewards = token_rewards(batch)
+  local values = critic.values(ctx, batch)
+  local rows, index = turn_rows(batch)
+  local sums, firsts = {}, {}
+  for i = 1, n do
+    for p = batch.offsets[i] + 1, batch.offsets[i + 1] do
+      if mask:get(p) ~= 0 then
+        local r = index[i][math.floor(turns:get(p))]
+        if r then
+          sums[r] = (sums[r] or 0) + rewards:get(p)
+          if firsts[r] == nil then firsts[r] = values:get(p) end
+        end
+      end
+    end
+  end
+  local rs, vs, ms, trajs, steps, of = {}, {}, {}, {}, {}, {}
+  for r, row in ipairs(rows) do
+    if firsts[r] ~= nil then
+      local k = #rs + 1
+      rs[k], vs[k], ms[k] = { sums[r] }, { firsts[r] }, { 1 }
+      trajs[k], steps[k], of[k] = row.episode, row.turn, r
+    end
+  end
+  local adv_rows, ret_rows = {}, {}
+  if #rs >= 2 then
+    local res = core.advantage.steppo_step_gae({ token_level_rewards = rs, values = vs,
+      response_mask = ms, trajectory_uids = trajs, step_indices = steps },
+      { gamma = c.gamma, lam = c.lam })
+    for k, r in ipairs(of) do
+      adv_rows[r], ret_rows[r] = res.advantages[k][1], res.returns[k][1]
+    end
+  end
+  local adv, per_episode = rows_to_tokens(batch, index, adv_rows)
+  batch.critic = { old_values = values,
+    returns = #rs >= 2 and rows_to_tokens(batch, index, ret_rows) or values }
+  return adv, per_episode
+end, { critic = true })
+
 -- ---------------------------------------------------------------- the stage
 
 -- OpenSearch-VL fatal-aware masking (spec section 6.8): an episode with `threshold` consecutive

@@ -19,6 +19,8 @@
 --                                             -- gae (PPO with a critic: a value head on the
 --                                             -- policy's last hidden state; gamma, lam = 1,
 --                                             -- value_coef = 0.5, value_clip = 0.5, value_lr),
+--                                             -- step_gae (StepPO: the same critic, GAE over
+--                                             -- turns),
 --                                             -- any name registered with
 --                                             -- rl.train.advantage.register, or a function
 --     loss = "ppo",                           -- ppo, gspo, cispo, sapo, gpg, gmpo, dppo_tv,
