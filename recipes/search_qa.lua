@@ -13,13 +13,19 @@
 --           index), accumulated with the square-root rescaling, alpha 0.3 on top of the GRPO
 --           outcome advantage, and each turn's clip range scaled by 1 + 0.3 (2 sigmoid(g) - 1)
 --           with a turn-level ratio (loss "a2tgpo").
+-- And StepPO's comparison (--methods grpo,gae,step_gae):
+--   gae       PPO with a critic (a value head on the policy's trunk), token-level GAE (gamma 1,
+--             lambda 1);
+--   step_gae  StepPO's step-level GAE: one step per turn, the critic's value before each turn's
+--             first sampled token, gamma 0.99, lambda 1, whitened over the batch's turns (the
+--             paper's GSPO loss is not used: every arm keeps the same PPO clip loss).
 -- Every arm: clip 0.2 / 0.28, lr 2e-4 (1e-3 collapsed every arm to ~0% held-out in 30 steps), hops
 -- 1-4 mixed in training. Measured greedily on held-out
 -- questions (held-out start entities or relation chains), eval_tasks per hop count. The table
 -- gives held-out success per hop count, the mean |advantage| of each turn position over the
 -- steps (adv/turn_<k>_abs, which igpo and a2tgpo log) and the seconds per RL step.
 --
---   moonrl run recipes/search_qa.lua [--seed 1] [--seeds 3] [--methods grpo,igpo,a2tgpo]
+--   moonrl run recipes/search_qa.lua [--seed 1] [--seeds 3] [--methods grpo,igpo,a2tgpo,gae,step_gae]
 --     [--steps 30] [--tasks 8] [--group 8] [--sft-examples 6000] [--sft-epochs 3]
 --     [--eval-tasks 32] [--lr 2e-4] [--temperature 1] [--reuse-sft] [--grid 16] [--dir runs]
 --
@@ -44,10 +50,10 @@ local o, why = R.args(arg, { seed = 1, seeds = 1, methods = "grpo,igpo,a2tgpo", 
   temperature = 1.0, reuse_sft = false, grid = 0, dir = root .. "/runs" })
 if not o then error("search_qa.lua: " .. why, 0) end
 
-local KNOWN = { grpo = true, igpo = true, a2tgpo = true }
+local KNOWN = { grpo = true, igpo = true, a2tgpo = true, gae = true, step_gae = true }
 local METHODS = {}
 for name in o.methods:gmatch("[^,]+") do
-  if not KNOWN[name] then error("search_qa.lua: unknown method '" .. name .. "' (grpo, igpo, a2tgpo)", 0) end
+  if not KNOWN[name] then error("search_qa.lua: unknown method '" .. name .. "' (grpo, igpo, a2tgpo, gae, step_gae)", 0) end
   METHODS[#METHODS + 1] = name
 end
 local HOPS, TURNS = kbqa.max_hops, kbqa.max_turns
@@ -63,6 +69,8 @@ local ADVANTAGE = {
   igpo = { advantage = "igpo", info_gain = { answer = kbqa.gold, kind = "prob", gamma = 1 } },
   a2tgpo = { advantage = "a2tgpo", info_gain = { answer = kbqa.gold, kind = "logprob",
     alpha = 0.3, beta = 0.3, gamma = 1 } },
+  gae = { advantage = "gae" },
+  step_gae = { advantage = "step_gae", gamma = 0.99, lam = 1 },
 }
 
 local function new_model(seed)

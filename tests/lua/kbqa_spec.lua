@@ -129,4 +129,20 @@ describe("recipes/search_qa.lua", function()
     assert.matches("unknown method 'ppo'", bad)
     H.sh("rm -rf " .. H.shell_quote(dir))
   end)
+
+  it("runs StepPO's arms (--methods gae,step_gae): a critic each, both in the table", function()
+    local dir = H.tmpdir()
+    local out, code = H.run(table.concat({ H.shell_quote(H.moonrl), "run",
+      H.shell_quote(H.root .. "/recipes/search_qa.lua"), "--steps 2 --tasks 2 --group 2 --methods gae,step_gae",
+      "--sft-examples 40 --sft-epochs 1 --eval-tasks 2 --dir", H.shell_quote(dir) }, " "))
+    assert.are.equal(0, code, out)
+    for _, arm in ipairs { "gae", "step_gae", "SFT" } do assert.matches("\n" .. arm .. " ", out) end
+    for _, arm in ipairs { "gae", "step_gae" } do
+      local state = rl.json.decode(assert(io.open(dir .. "/search_qa-" .. arm .. "-s1/state.json")):read("a"))
+      local moved = 0
+      for _, w in ipairs(state.value_head.w) do moved = math.max(moved, math.abs(w)) end
+      assert.is_true(moved > 0, arm .. ": the value head did not move")
+    end
+    H.sh("rm -rf " .. H.shell_quote(dir))
+  end)
 end)
