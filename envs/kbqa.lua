@@ -25,7 +25,17 @@
 -- perfect oracle). M.gold(task) is the answer's text as an "answer <x>" action, which the
 -- info_gain option forces after each turn. Instances have clone(). Everything is a function of
 -- the seeds given; the knowledge base is fixed (M.kb).
+--
+-- M.variant{faults = 0.1, cascade = true} is the module with a faulty search tool, the miniature
+-- of OpenSearch-VL's cascading tool failures (spec 3.2): each search fails with probability
+-- `faults` ("error: search failed"), and after a malformed call (an invalid action) the tool is
+-- down until the next reset ("error: search down") when `cascade` is on. Failed searches and the
+-- malformed call set info.error (what the trainer's fatal option counts as a failed turn); every
+-- search turn sets info.tool_call. Whether the n-th search of an episode fails is a function of
+-- n and a seed the episode draws from its rng at reset, so it does not depend on the policy's
+-- other actions. The plain module draws nothing from the rng and never fails.
 local rl = require "moonrl"
+local argcheck = require "moonrl.argcheck"
 
 local M = { name = "kbqa", format = "line", max_turns = 6, relations = { "boss", "city", "pet" },
   entities = 200, max_hops = 4 }
@@ -182,6 +192,64 @@ end
 
 function Episode:clone()
   return setmetatable({ task = self.task, steps = self.steps, searches = self.searches }, Episode)
+end
+
+-- ---------------------------------------------------------------- the faulty search tool
+
+-- Whether search number n of an episode whose fault seed is seed fails, at probability p.
+local function fails(seed, n, p)
+  return p > 0 and (rl.train.mix(seed, n, 0xFA17) % 1000000) / 1000000 < p
+end
+
+-- variant{faults = 0.1, cascade = true} -> the module with the faulty search tool (see the top of
+-- the file), named "kbqa-faults".
+function M.variant(opts)
+  local o = argcheck.fields("kbqa.variant", opts or {}, {
+    { "faults", 0.1, argcheck.number(0, 1) }, { "cascade", true, argcheck.boolean },
+  }, 2)
+  local V = {}
+  for k, v in pairs(M) do V[k] = v end
+  V.name, V.faults, V.cascade = "kbqa-faults", o.faults, o.cascade
+  local Faulty = setmetatable({}, { __index = Episode })
+  Faulty.__index = Faulty
+  function V.new() return setmetatable({}, Faulty) end
+
+  function Faulty:reset(task, rng)
+    self.fault_seed, self.down = rng:random(0, 0x3fffffff), false
+    return Episode.reset(self, task)
+  end
+
+  function Faulty:step(action, parsed)
+    local text = (parsed and parsed.text) or action
+    local verb, rest = text:match("^%s*(%a+)%s*(.-)%s*$")
+    verb = verb and verb:lower()
+    if verb == "search" and rest ~= "" then
+      local n = self.searches + 1
+      if self.down or fails(self.fault_seed, n, o.faults) then
+        self.steps, self.searches = self.steps + 1, n
+        local why = self.down and "search down" or "search failed"
+        local info = { success = false, error = why, tool_call = true, hops = self.task.hops }
+        if self.steps >= (self.task.max_turns or M.max_turns) then return nil, 0, true, info end
+        return "error: " .. why, 0, false, info
+      end
+      local obs, reward, done, info = Episode.step(self, action, parsed)
+      info.tool_call = true
+      return obs, reward, done, info
+    end
+    local obs, reward, done, info = Episode.step(self, action, parsed)
+    if info.invalid then
+      info.error = "malformed call"
+      if o.cascade then self.down = true end
+    end
+    return obs, reward, done, info
+  end
+
+  function Faulty:clone()
+    local c = setmetatable(Episode.clone(self), Faulty)
+    c.fault_seed, c.down = self.fault_seed, self.down
+    return c
+  end
+  return V
 end
 
 -- ---------------------------------------------------------------- oracles

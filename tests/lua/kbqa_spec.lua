@@ -97,6 +97,108 @@ describe("envs/kbqa.lua", function()
   end)
 end)
 
+describe("envs/kbqa.lua variant (the faulty search tool)", function()
+  -- plays actions on a fresh instance of module V reset with rl.rng(seed); the turn records
+  local function run(V, task, seed, actions, inst)
+    inst = inst or V.new()
+    inst:reset(task, rl.rng(seed))
+    local record = {}
+    for _, a in ipairs(actions) do
+      local _, _, done = rl.env.step(V, inst, a, record)
+      if done then break end
+    end
+    return record, inst
+  end
+  local task = kb.gen({ hops = 4 }, rl.rng(9))
+  local five = { "search a", "search b", "search c", "search d", "search e" }
+
+  it("fails a search with the given probability, the same searches for the same episode seed", function()
+    local V = kb.variant { faults = 0.1, cascade = false }
+    assert.are.equal("kbqa-faults", V.name)
+    local failed, searches = 0, 0
+    for seed = 1, 400 do
+      local rec = run(V, task, seed, five)
+      local other = run(V, task, seed, { "search x y", "search q", "search ann boss", "search z", "search w" })
+      for k, r in ipairs(rec) do
+        searches = searches + 1
+        assert.is_true(r.info.tool_call)
+        local bad = r.info.error == "search failed"
+        if bad then
+          failed = failed + 1
+          assert.are.equal("error: search failed", r.observation)
+          assert.are.equal(0, r.reward)
+        else
+          assert.is_nil(r.info.error)
+          assert.are_not.equal("error: search failed", r.observation)
+        end
+        -- which searches fail does not depend on what was searched
+        assert.are.equal(bad, other[k].info.error == "search failed", "seed " .. seed .. " search " .. k)
+      end
+    end
+    assert.are.equal(2000, searches)
+    -- binomial(2000, 0.1): mean 200, sd 13.4; four sd either side
+    assert.is_true(failed > 146 and failed < 254, "failed " .. failed .. " of 2000")
+    -- different episode seeds fail different searches
+    local patterns = {}
+    for seed = 1, 50 do
+      local rec, p = run(V, task, seed, five), {}
+      for k, r in ipairs(rec) do p[k] = r.info.error and "x" or "." end
+      patterns[table.concat(p)] = true
+    end
+    local distinct = 0
+    for _ in pairs(patterns) do distinct = distinct + 1 end
+    assert.is_true(distinct > 3, "fault patterns " .. distinct)
+    for _, r in ipairs(run(kb.variant { faults = 0 }, task, 3, five)) do assert.is_nil(r.info.error) end
+    for _, r in ipairs(run(kb.variant { faults = 1 }, task, 3, five)) do assert.are.equal("search failed", r.info.error) end
+  end)
+
+  it("is down after a malformed call until reset (the cascade), answers still count", function()
+    local V = kb.variant { faults = 0 }
+    local good = "search " .. task.path[1] .. " " .. task.chain[1]
+    local rec, inst = run(V, task, 1, { good, "hello", good, good, kb.gold(task) })
+    assert.is_nil(rec[1].info.error)
+    assert.matches(task.path[2], rec[1].observation)
+    assert.are.equal("invalid", rec[2].observation)
+    assert.are.equal(-0.1, rec[2].reward)
+    assert.are.equal("malformed call", rec[2].info.error)
+    for k = 3, 4 do
+      assert.are.equal("error: search down", rec[k].observation)
+      assert.are.equal("search down", rec[k].info.error)
+    end
+    assert.are.equal(1, rec[5].reward) -- the answer does not need the tool
+    assert.is_true(rec[5].info.success)
+    -- a clone of a down episode is down too; a reset brings the tool back
+    inst:reset(task, rl.rng(1))
+    rl.env.step(V, inst, "hello", {})
+    local copy, r2 = inst:clone(), {}
+    rl.env.step(V, copy, good, r2)
+    assert.are.equal("search down", r2[1].info.error)
+    local again = run(V, task, 1, { good }, inst)
+    assert.is_nil(again[1].info.error)
+    assert.matches(task.path[2], again[1].observation)
+    -- without the cascade a malformed call is only itself
+    local nc = run(kb.variant { faults = 0, cascade = false }, task, 1, { "hello", good })
+    assert.are.equal("malformed call", nc[1].info.error)
+    assert.is_nil(nc[2].info.error)
+    -- the budget still ends it, down or not
+    assert.are.equal(kb.max_turns, #run(V, task, 1, { "hello", good, good, good, good, good, good }))
+    -- the plain module never fails and reports no errors
+    for _, r in ipairs(run(kb, task, 1, { "hello", good, good })) do assert.is_true(r.info.error == nil) end
+  end)
+
+  it("refuses bad options", function()
+    local ok, err = pcall(kb.variant, { faults = 1.5 })
+    assert.is_false(ok)
+    assert.matches("kbqa.variant: faults: a number in %[0, 1%]", err)
+    ok, err = pcall(kb.variant, { fault = 0.1 })
+    assert.is_false(ok)
+    assert.matches("unknown field 'fault' %(did you mean 'faults'%?%)", err)
+    ok, err = pcall(kb.variant, { cascade = 1 })
+    assert.is_false(ok)
+    assert.matches("cascade: true or false", err)
+  end)
+end)
+
 describe("recipes/search_qa.lua", function()
   it("runs a few steps and prints the measured seconds per step, then its table", function()
     local dir = H.tmpdir()
