@@ -225,7 +225,12 @@ describe("recipes/search_qa.lua", function()
       assert.matches("\nSFT%s+1%s+[%d.]+%s+[%d.]+%s+[%d.]+\n", block)
       assert.matches("\ngrpo%s+1%s+[%d.]+%s+[%d.]+%s+[%d.]+\n", block)
       assert.matches("\n%s+6%s+[%d.]+%s+[%d.]+%s+[%d.]+\n", block)
+      assert.matches("\nsft%-rl%s+1%s+[%d.]+%s+[%d.]+%s+[%d.]+\n", block)
     end
+    -- the matched-data policy: the SFT start fine-tuned on grpo's successful training rollouts
+    assert.matches("\n  sft%-rl  %d+ successful grpo rollouts x 3 epochs %(lr 0.0002%)", g)
+    assert.matches("%-%-rl%-sft%-epochs: a positive integer expected", H.run(table.concat({ H.shell_quote(H.moonrl),
+      "run", H.shell_quote(H.root .. "/recipes/search_qa.lua"), "--rl-sft-epochs 0" }, " ")))
     local bad = H.run(table.concat({ H.shell_quote(H.moonrl), "run", H.shell_quote(H.root .. "/recipes/search_qa.lua"),
       "--methods ppo" }, " "))
     assert.matches("unknown method 'ppo'", bad)
