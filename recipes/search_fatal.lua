@@ -1,7 +1,7 @@
 -- search_fatal.lua - OpenSearch-VL's fatal-aware GRPO on envs/kbqa.lua with a faulty search tool
--- (spec reproductions.md, section 3.2): kbqa.variant{faults = 0.1}, where each search fails with
--- probability 0.1 ("error: search failed") and after a malformed call the tool is down until the
--- episode ends ("error: search down"), failed turns setting info.error. The warm start is
+-- (spec reproductions.md, section 3.2): kbqa.variant{faults = 0.1, cascade = true}, where each
+-- search fails with probability 0.1 ("error: search failed") and after a malformed call the tool
+-- is down until the episode ends ("error: search down"), failed turns setting info.error. The warm start is
 -- search_qa.lua's (SFT on the oracle's demonstrations in the plain environment, which never
 -- fails; the same file, so either recipe's --reuse-sft reuses the other's); each arm loads it and
 -- runs GRPO with the same seed, tasks and steps on the faulty environment:
@@ -44,7 +44,7 @@ for name in o.arms:gmatch("[^,]+") do
   if not ARMS[name] then error("search_fatal.lua: unknown arm '" .. name .. "' (none, drop, fatal)", 0) end
   arms[#arms + 1] = name
 end
-local env = kbqa.variant { faults = o.faults }
+local env = kbqa.variant { faults = o.faults, cascade = true }
 local HOPS, TURNS, THRESHOLD = kbqa.max_hops, kbqa.max_turns, 3
 local EVERY = math.max(1, o.steps // 3) -- held-out evaluations at EVERY, 2 EVERY, ... and the end
 local THIRD = math.max(1, -(-o.steps // 3)) -- the tool-call rate's windows of steps

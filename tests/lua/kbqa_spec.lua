@@ -1,6 +1,7 @@
 -- kbqa_spec.lua - envs/kbqa.lua (the rules its header states: the knowledge base, search's top 2
 -- documents by the BM25-style score with the distractors, answer and its reward, the invalid
--- action's format term, the turn budget, the held-out split, the oracles, determinism) and a
+-- action's format term, the turn budget, the held-out split, the oracles, determinism; the variants'
+-- faulty search tool and guesses) and a
 -- smoke run of recipes/search_qa.lua (it runs, prints its measured seconds per step first and
 -- its table; not that it learns).
 local H = dofile((debug.getinfo(1, "S").source:match("^@(.*/)") or "./") .. "helpers.lua")
@@ -97,7 +98,7 @@ describe("envs/kbqa.lua", function()
   end)
 end)
 
-describe("envs/kbqa.lua variant (the faulty search tool)", function()
+describe("envs/kbqa.lua variants (the faulty search tool, guesses)", function()
   -- plays actions on a fresh instance of module V reset with rl.rng(seed); the turn records
   local function run(V, task, seed, actions, inst)
     inst = inst or V.new()
@@ -113,7 +114,7 @@ describe("envs/kbqa.lua variant (the faulty search tool)", function()
   local five = { "search a", "search b", "search c", "search d", "search e" }
 
   it("fails a search with the given probability, the same searches for the same episode seed", function()
-    local V = kb.variant { faults = 0.1, cascade = false }
+    local V = kb.variant { faults = 0.1 }
     assert.are.equal("kbqa-faults", V.name)
     local failed, searches = 0, 0
     for seed = 1, 400 do
@@ -153,7 +154,7 @@ describe("envs/kbqa.lua variant (the faulty search tool)", function()
   end)
 
   it("is down after a malformed call until reset (the cascade), answers still count", function()
-    local V = kb.variant { faults = 0 }
+    local V = kb.variant { cascade = true }
     local good = "search " .. task.path[1] .. " " .. task.chain[1]
     local rec, inst = run(V, task, 1, { good, "hello", good, good, kb.gold(task) })
     assert.is_nil(rec[1].info.error)
@@ -177,13 +178,65 @@ describe("envs/kbqa.lua variant (the faulty search tool)", function()
     assert.is_nil(again[1].info.error)
     assert.matches(task.path[2], again[1].observation)
     -- without the cascade a malformed call is only itself
-    local nc = run(kb.variant { faults = 0, cascade = false }, task, 1, { "hello", good })
+    local nc = run(kb.variant { faults = 0 }, task, 1, { "hello", good })
     assert.are.equal("malformed call", nc[1].info.error)
     assert.is_nil(nc[2].info.error)
     -- the budget still ends it, down or not
     assert.are.equal(kb.max_turns, #run(V, task, 1, { "hello", good, good, good, good, good, good }))
     -- the plain module never fails and reports no errors
     for _, r in ipairs(run(kb, task, 1, { "hello", good, good })) do assert.is_true(r.info.error == nil) end
+  end)
+
+  it("guess: the searches before the first right guess are the minimal depth, the rest excess", function()
+    local V = kb.variant { guess = true }
+    assert.are.equal("kbqa-guess", V.name)
+    local t2 = kb.gen({ hops = 2 }, rl.rng(4))
+    local s1 = "search " .. t2.path[1] .. " " .. t2.chain[1]
+    local s2 = "search " .. t2.path[2] .. " " .. t2.chain[2]
+    local wrong = t2.answer == "bab" and "bac" or "bab"
+    -- right guess with the third search: two were enough, one beyond
+    local rec = run(V, t2, 1, { s1 .. " guess " .. wrong, s2 .. " guess " .. t2.path[2],
+      s2 .. " guess " .. t2.answer, s2 .. " GUESS " .. t2.answer, kb.gold(t2) })
+    assert.matches(t2.path[2], rec[1].observation) -- the guess is not part of the query
+    assert.matches(t2.answer, rec[2].observation)
+    for k = 1, 4 do assert.is_true(rec[k].info.tool_call) end
+    local last = rec[5].info
+    assert.is_true(last.success)
+    assert.are.same({ 2, 2 }, { last.depth, last.excess })
+    -- no right guess: every search was needed
+    rec = run(V, t2, 1, { s1, s2, kb.gold(t2) })
+    assert.are.same({ 2, 0 }, { rec[3].info.depth, rec[3].info.excess })
+    -- a right guess before any search: all of them beyond
+    rec = run(V, t2, 1, { s1 .. " guess " .. t2.answer, s2, kb.gold(t2) })
+    assert.are.same({ 0, 2 }, { rec[3].info.depth, rec[3].info.excess })
+    -- the budget ends it with the same account
+    rec = run(V, t2, 1, { s1, s2 .. " guess x", s2 .. " guess " .. t2.answer, s2, s2, s2 })
+    assert.are.equal(kb.max_turns, #rec)
+    assert.are.same({ 2, 4 }, { rec[6].info.depth, rec[6].info.excess })
+    -- the plain module reads "guess" as query words and reports no depth
+    local plain = run(kb, t2, 1, { s1 .. " guess " .. t2.answer, kb.gold(t2) })
+    assert.is_nil(plain[2].info.depth)
+    -- the oracle guesses what it has found: right only on a repeat of the last hop's search
+    local repeats, checked = 0, 0
+    for i, t in ipairs(kb.tasks("test", 80, 2)) do
+      local acts = V.oracle(t, rl.rng(i))
+      assert.are.same(kb.oracle(t, rl.rng(i)), (function()
+        local plain_acts = {}
+        for k, a in ipairs(acts) do plain_acts[k] = a:gsub(" guess %S+$", "") end
+        return plain_acts
+      end)())
+      local r = run(V, t, i, acts)
+      local info = r[#r].info
+      assert.is_true(info.success, t.question)
+      local last_repeated = acts[#acts - 1] == "search " .. t.path[t.hops] .. " " .. t.chain[t.hops] .. " guess " .. t.answer
+      if info.excess > 0 then repeats = repeats + 1 end
+      assert.are.equal(last_repeated and 1 or 0, info.excess, t.question)
+      checked = checked + 1
+      local s = run(V, t, i, V.solve(t))
+      assert.are.same({ t.hops, 0 }, { s[#s].info.depth, s[#s].info.excess })
+    end
+    assert.are.equal(80, checked)
+    assert.is_true(repeats > 0)
   end)
 
   it("refuses bad options", function()
@@ -196,6 +249,9 @@ describe("envs/kbqa.lua variant (the faulty search tool)", function()
     ok, err = pcall(kb.variant, { cascade = 1 })
     assert.is_false(ok)
     assert.matches("cascade: true or false", err)
+    ok, err = pcall(kb.variant, { guess = "yes" })
+    assert.is_false(ok)
+    assert.matches("guess: true or false", err)
   end)
 end)
 
