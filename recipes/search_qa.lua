@@ -214,8 +214,8 @@ local function sft_on_rl(seed, sft_path, data)
       if step == 0 then grid, held = grids(ctx), held_out(ctx) end
       return {}
     end }
-  print(string.format("  sft-rl  %d successful %s rollouts x %d epochs (lr %g), final loss %.3f, %.0f s; held-out %.1f%% (1-4 hops: %s)",
-    #data, METHODS[1], o.rl_sft_epochs, o.rl_sft_lr, loss, sft_seconds, 100 * held.all,
+  print(string.format("  sft-rl  %d successful %s rollouts x %d epochs (lr %g), final loss %.3f, %.0f s; "
+    .. "held-out %.1f%% (1-4 hops: %s)", #data, METHODS[1], o.rl_sft_epochs, o.rl_sft_lr, loss, sft_seconds, 100 * held.all,
     table.concat({ R.pm(held.h1), R.pm(held.h2), R.pm(held.h3), R.pm(held.h4) }, " ")))
   io.stdout:flush()
   return grid
