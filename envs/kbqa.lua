@@ -25,7 +25,24 @@
 -- perfect oracle). M.gold(task) is the answer's text as an "answer <x>" action, which the
 -- info_gain option forces after each turn. Instances have clone(). Everything is a function of
 -- the seeds given; the knowledge base is fixed (M.kb).
+--
+-- M.variant{faults = 0, cascade = false, guess = false} is the module with
+--   faults   a faulty search tool, the miniature of OpenSearch-VL's cascading tool failures (spec
+--            3.2): each search fails with this probability ("error: search failed"). Whether the
+--            n-th search of an episode fails is a function of n and a seed the episode draws
+--            from its rng at reset, so it does not depend on the policy's other actions;
+--   cascade  after a malformed call (an invalid action) the tool is down until the next reset
+--            ("error: search down"). Failed searches and the malformed call set info.error (what
+--            the trainer's fatal option counts as a failed turn);
+--   guess    AutoSearch's self-answering (spec 3.2): a search may end with "guess <x>" ("search
+--            bob city guess tex"); the searches before the first search whose guess is the
+--            answer are the minimal depth (all of them when no guess is right), and the last
+--            turn's info has depth and excess (the searches beyond it). Its oracle and solve
+--            guess the entity found so far with each search.
+-- Every search turn of a variant sets info.tool_call. The plain module draws nothing from the rng,
+-- never fails and reads no guesses.
 local rl = require "moonrl"
+local argcheck = require "moonrl.argcheck"
 
 local M = { name = "kbqa", format = "line", max_turns = 6, relations = { "boss", "city", "pet" },
   entities = 200, max_hops = 4 }
@@ -186,20 +203,21 @@ end
 
 -- ---------------------------------------------------------------- oracles
 
-local function demo(task, redundant)
+-- The demonstration: one correct search per hop, a repeat when redundant() says so, then the
+-- answer; with guess, each search also guesses the entity found so far (what the searches before
+-- it gave: the answer only once every hop is searched, so only on a repeat of the last one).
+local function demo(task, redundant, guess)
   local out = {}
   for h = 1, task.hops do
     local q = "search " .. task.path[h] .. " " .. task.chain[h]
-    out[#out + 1] = q
-    if redundant and redundant() then out[#out + 1] = q end
+    out[#out + 1] = guess and q .. " guess " .. task.path[h] or q
+    if redundant and redundant() then out[#out + 1] = guess and q .. " guess " .. task.path[h + 1] or q end
   end
   out[#out + 1] = M.gold(task)
   return out
 end
 
-function M.solve(task) return demo(task) end
-
-function M.oracle(task, rng)
+local function oracle(task, rng, guess)
   local spare = M.max_turns - task.hops - 1 -- redundant searches that still leave room to answer
   return demo(task, function()
     if spare > 0 and rng:random(4) == 1 then
@@ -207,7 +225,93 @@ function M.oracle(task, rng)
       return true
     end
     return false
-  end)
+  end, guess)
+end
+
+function M.solve(task) return demo(task) end
+function M.oracle(task, rng) return oracle(task, rng) end
+
+-- ---------------------------------------------------------------- variants
+
+-- Whether search number n of an episode whose fault seed is seed fails, at probability p.
+local function fails(seed, n, p)
+  return p > 0 and (rl.train.mix(seed, n, 0xFA17) % 1000000) / 1000000 < p
+end
+
+-- variant{faults = 0, cascade = false, guess = false} -> the module with a faulty search tool
+-- and/or self-answering guesses (see the top of the file), named "kbqa-faults", "kbqa-guess" or
+-- "kbqa-faults-guess".
+function M.variant(opts)
+  local o = argcheck.fields("kbqa.variant", opts or {}, {
+    { "faults", 0, argcheck.number(0, 1) }, { "cascade", false, argcheck.boolean },
+    { "guess", false, argcheck.boolean },
+  }, 2)
+  local V = {}
+  for k, v in pairs(M) do V[k] = v end
+  V.name = "kbqa" .. ((o.faults > 0 or o.cascade) and "-faults" or "") .. (o.guess and "-guess" or "")
+  V.faults, V.cascade, V.guess = o.faults, o.cascade, o.guess
+  if o.guess then
+    function V.solve(task) return demo(task, nil, true) end
+    function V.oracle(task, rng) return oracle(task, rng, true) end
+  end
+  local Var = setmetatable({}, { __index = Episode })
+  Var.__index = Var
+  function V.new() return setmetatable({}, Var) end
+
+  function Var:reset(task, rng)
+    self.down, self.depth = false, nil
+    self.fault_seed = o.faults > 0 and rng:random(0, 0x3fffffff) or 0
+    return Episode.reset(self, task)
+  end
+
+  function Var:step(action, parsed)
+    local text = (parsed and parsed.text) or action
+    local verb, rest = text:match("^%s*(%a+)%s*(.-)%s*$")
+    verb = verb and verb:lower()
+    if verb == "search" and rest ~= "" then
+      local words, guess = rest, nil
+      if o.guess then
+        local w, g = rest:match("^(.-)%s+[Gg][Uu][Ee][Ss][Ss]%s+(%S+)$")
+        if w and w ~= "" then words, guess = w, g:lower() end
+      end
+      self.steps, self.searches = self.steps + 1, self.searches + 1
+      -- a right guess with search n: the n - 1 searches before it were enough
+      if guess == self.task.answer and not self.depth then self.depth = self.searches - 1 end
+      local obs, info
+      if self.down or fails(self.fault_seed, self.searches, o.faults) then
+        local why = self.down and "search down" or "search failed"
+        obs, info = "error: " .. why, { success = false, error = why }
+      else
+        obs, info = M.search(words), { success = false }
+      end
+      info.tool_call, info.hops = true, self.task.hops
+      if self.steps >= (self.task.max_turns or M.max_turns) then return nil, 0, true, self:ended(info) end
+      return obs, 0, false, info
+    end
+    local obs, reward, done, info = Episode.step(self, action, parsed)
+    if info.invalid then
+      info.error = "malformed call"
+      if o.cascade then self.down = true end
+    end
+    return obs, reward, done, done and self:ended(info) or info
+  end
+
+  -- the last turn's info: with guess, the minimal depth (the searches before the first right
+  -- guess; all of them when no guess was right) and the searches beyond it
+  function Var:ended(info)
+    if o.guess then
+      info.depth = self.depth or self.searches
+      info.excess = self.searches - info.depth
+    end
+    return info
+  end
+
+  function Var:clone()
+    local c = setmetatable(Episode.clone(self), Var)
+    c.fault_seed, c.down, c.depth = self.fault_seed, self.down, self.depth
+    return c
+  end
+  return V
 end
 
 return M

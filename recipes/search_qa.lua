@@ -27,12 +27,16 @@
 --
 --   moonrl run recipes/search_qa.lua [--seed 1] [--seeds 3] [--methods grpo,igpo,a2tgpo,gae,step_gae]
 --     [--steps 30] [--tasks 8] [--group 8] [--sft-examples 6000] [--sft-epochs 3]
---     [--eval-tasks 32] [--lr 2e-4] [--temperature 1] [--reuse-sft] [--grid 16] [--dir runs]
+--     [--eval-tasks 32] [--lr 2e-4] [--temperature 1] [--reuse-sft] [--grid 16]
+--     [--rl-sft-epochs 3] [--rl-sft-lr 2e-4] [--dir runs]
 --
 -- --grid n: the PASS@(k, T) evaluation grid (spec 3.2, "PASS@(k,T)"; rl.train.eval.pass_grid)
--- of each arm's policy after training and of the SFT policy, on the held-out 1-hop and 3-hop
--- questions: n samples a question at temperature 1 (k = 1, 2, 4, ... up to n; T = 1..6 turns);
--- 0 (the default) leaves it out.
+-- of each arm's policy after training, of the SFT policy and of the sft-rl policy, on the
+-- held-out 1-hop and 3-hop questions: n samples a question at temperature 1 (k = 1, 2, 4, ... up
+-- to n; T = 1..6 turns); 0 (the default) leaves it out. sft-rl is the paper's matched-data
+-- control: the SFT policy fine-tuned (rl.sft, --rl-sft-epochs, --rl-sft-lr, batches of 16) on
+-- the first arm's successful training rollouts, their tokens as sampled (the data RL learned
+-- from, without the failures it also learned from); it is evaluated without further training.
 --
 -- --reuse-sft loads <dir>/search_qa-sft-s<seed>.bin when it exists instead of training it again
 -- (the same seed and SFT options give the same file).
@@ -47,7 +51,7 @@ local R = rl.recipe
 
 local o, why = R.args(arg, { seed = 1, seeds = 1, methods = "grpo,igpo,a2tgpo", steps = 30,
   tasks = 8, group = 8, sft_examples = 6000, sft_epochs = 3, eval_tasks = 32, lr = 2e-4,
-  temperature = 1.0, reuse_sft = false, grid = 0, dir = root .. "/runs" })
+  temperature = 1.0, reuse_sft = false, grid = 0, rl_sft_epochs = 3, rl_sft_lr = 2e-4, dir = root .. "/runs" })
 if not o then error("search_qa.lua: " .. why, 0) end
 
 local KNOWN = { grpo = true, igpo = true, a2tgpo = true, gae = true, step_gae = true }
@@ -59,6 +63,8 @@ end
 local HOPS, TURNS = kbqa.max_hops, kbqa.max_turns
 local GRID_HOPS, GRID_KS = { 1, 3 }, {}
 if o.grid < 0 then error("search_qa.lua: --grid: 0 or a number of samples expected", 0) end
+if o.rl_sft_epochs < 1 then error("search_qa.lua: --rl-sft-epochs: a positive integer expected", 0) end
+if not (o.rl_sft_lr > 0) then error("search_qa.lua: --rl-sft-lr: a positive number expected", 0) end
 do
   local k = 1
   while k <= o.grid do GRID_KS[#GRID_KS + 1], k = k, 2 * k end
@@ -142,7 +148,9 @@ end
 
 local printed_rate = false
 
-local function run_arm(seed, sft_path, method)
+-- run_arm(seed, sft_path, method [, rl_data]): with rl_data (a list), the arm's successful
+-- training rollouts are appended to it as SFT examples.
+local function run_arm(seed, sft_path, method, rl_data)
   local m, tok = new_model(seed)
   m:load_checkpoint(sft_path)
   m:reset_optimizer()
@@ -175,6 +183,12 @@ local function run_arm(seed, sft_path, method)
     end,
   }
   for k, v in pairs(ADVANTAGE[method]) do opts[k] = v end
+  if rl_data then
+    opts.reward = function(ctx, batch, step) -- the default reward stage, after keeping the successes
+      for _, ex in ipairs(batch:sft_examples(function(ep) return ep.success end)) do rl_data[#rl_data + 1] = ex end
+      return rl.train.reward.run(ctx, batch, step)
+    end
+  end
   local result = rl.train(opts)
   local row = { arm = method, sps = secs / math.max(n, 1), before = result.before, grid = grid }
   for h = 1, HOPS do row["h" .. h] = result.after["eval/h" .. h] end
@@ -184,6 +198,35 @@ local function run_arm(seed, sft_path, method)
     100 * row.all, table.concat({ R.pm(row.h1), R.pm(row.h2), R.pm(row.h3), R.pm(row.h4) }, " ")))
   io.stdout:flush()
   return row
+end
+
+-- The sft-rl policy: the SFT start fine-tuned on data (the first arm's successful training
+-- rollouts); its PASS@(k, T) grids and greedy held-out success, from a trainer context that
+-- evaluates at step 0 and never updates (one rollout step, the update stage a no-op).
+local function sft_on_rl(seed, sft_path, data)
+  local m, tok = new_model(seed)
+  m:load_checkpoint(sft_path)
+  m:reset_optimizer()
+  local t0, loss = rl.clock(), 0 / 0
+  if #data > 0 then
+    loss = rl.sft { model = m, data = data, epochs = o.rl_sft_epochs, batch_size = 16, lr = o.rl_sft_lr,
+      seed = rl.train.mix(seed, 0x5F8) }.final_loss
+    m:reset_optimizer()
+  end
+  local sft_seconds, grid, held = rl.clock() - t0, nil, nil
+  rl.train { model = m, tokenizer = tok, env = kbqa, name = string.format("search_qa-sft_rl-s%d", seed),
+    dir = o.dir, seed = seed, overwrite = true, steps = 1, tasks_per_step = o.tasks, group_size = o.group,
+    max_turn_tokens = 20, capacity = 320, temperature = o.temperature, eval = { every = 1, tasks = 1, k = 1 },
+    progress = false, log_episodes = 0, update = function() return {} end,
+    evaluate = function(ctx, step)
+      if step == 0 then grid, held = grids(ctx), held_out(ctx) end
+      return {}
+    end }
+  print(string.format("  sft-rl  %d successful %s rollouts x %d epochs (lr %g), final loss %.3f, %.0f s; "
+    .. "held-out %.1f%% (1-4 hops: %s)", #data, METHODS[1], o.rl_sft_epochs, o.rl_sft_lr, loss, sft_seconds, 100 * held.all,
+    table.concat({ R.pm(held.h1), R.pm(held.h2), R.pm(held.h3), R.pm(held.h4) }, " ")))
+  io.stdout:flush()
+  return grid
 end
 
 local function one_seed(seed)
@@ -197,9 +240,9 @@ local function one_seed(seed)
     print(string.format("  SFT: %d examples x %d epochs, final loss %.3f, %.0f s", sft.examples, o.sft_epochs,
       sft.loss, sft.seconds))
   end
-  local rows, sft_row = {}, { arm = "SFT" }
+  local rows, sft_row, rl_data = {}, { arm = "SFT" }, o.grid > 0 and {} or nil
   for i, method in ipairs(METHODS) do
-    local row = run_arm(seed, sft_path, method)
+    local row = run_arm(seed, sft_path, method, i == 1 and rl_data or nil)
     rows[#rows + 1] = row
     if i == 1 then
       for h = 1, HOPS do sft_row["h" .. h] = row.before["eval/h" .. h] end
@@ -213,8 +256,10 @@ local function one_seed(seed)
       for policy, g in pairs(row.grid or {}) do by[policy] = g end
       row.grid = nil
     end
+    by["sft-rl"] = sft_on_rl(seed, sft_path, rl_data)
     local order = { "SFT" }
     for _, m in ipairs(METHODS) do order[#order + 1] = m end
+    order[#order + 1] = "sft-rl"
     for _, h in ipairs(GRID_HOPS) do
       print(string.format("\nseed %d: PASS@(k,T) on the %d held-out %d-hop questions, %d samples each at temperature 1",
         seed, o.eval_tasks, h, o.grid))

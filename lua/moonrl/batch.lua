@@ -253,6 +253,27 @@ function Batch:select(list)
   return gather(parts)
 end
 
+-- batch:sft_examples([keep]) -> {{tokens =, mask =}, ...}: the episodes (those for which
+-- keep(episode, i) is true, or all) as rl.sft examples, their tokens as sampled (0-based integer
+-- ids) and mask 1 exactly on the sampled tokens; e.g. SFT on a policy's own successful rollouts.
+function Batch:sft_examples(keep)
+  if keep ~= nil and type(keep) ~= "function" then
+    error("sft_examples: keep: a function(episode, i) expected, got " .. type(keep), 2)
+  end
+  local out = {}
+  for i, ep in ipairs(self.episodes) do
+    if keep == nil or keep(ep, i) then
+      local tokens, mask = {}, {}
+      for p = self.offsets[i] + 1, self.offsets[i + 1] do
+        tokens[#tokens + 1] = math.floor(self.tokens:get(p))
+        mask[#mask + 1] = self.mask:get(p) ~= 0 and 1 or 0
+      end
+      out[#out + 1] = { tokens = tokens, mask = mask }
+    end
+  end
+  return out
+end
+
 -- rl.batch.concat{b1, b2, ...} -> one batch with every episode, in order.
 function M.concat(batches)
   local parts = {}

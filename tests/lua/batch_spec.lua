@@ -1,5 +1,6 @@
 -- batch_spec.lua - rl.batch beyond what rollouts exercise: to_jsonl reports write errors (a full
--- disk, a missing folder) as nil, message naming the file, and round-trips through rl.batch.load.
+-- disk, a missing folder) as nil, message naming the file, and round-trips through rl.batch.load;
+-- sft_examples turns episodes back into rl.sft examples.
 local H = dofile((debug.getinfo(1, "S").source:match("^@(.*/)") or "./") .. "helpers.lua")
 local rl = require "moonrl"
 
@@ -31,5 +32,27 @@ describe("rl.batch", function()
     assert.is_nil(ok)
     assert.matches("/nonexistent%-moonrl%-dir/b.jsonl", err)
     assert.matches("path: a string expected", H.error_of(function() small_batch():to_jsonl(3) end))
+  end)
+
+  it("sft_examples: the kept episodes' tokens as sampled, mask 1 on the sampled tokens", function()
+    local b = small_batch()
+    local all = b:sft_examples()
+    assert.are.same({ { tokens = { 1, 97, 2 }, mask = { 0, 1, 0 } }, { tokens = { 1, 98, 2 }, mask = { 0, 1, 0 } } }, all)
+    assert.are.equal("integer", math.type(all[2].tokens[2]))
+    local seen = {}
+    local won = b:sft_examples(function(ep, i)
+      seen[#seen + 1] = i
+      return ep.reward > 0
+    end)
+    assert.are.same({ 1, 2 }, seen)
+    assert.are.same({ { tokens = { 1, 97, 2 }, mask = { 0, 1, 0 } } }, won)
+    assert.are.same({}, b:sft_examples(function() return false end))
+    -- what rl.sft trains on: a loss over the masked token
+    local m = rl.model.new { vocab = 128, dim = 16, layers = 1, heads = 2, ffn = 32, ctx = 8, seed = 1 }
+    local r = rl.sft { model = m, data = won, epochs = 1, batch_size = 1, lr = 1e-3 }
+    assert.are.equal(1, r.steps)
+    assert.is_true(r.final_loss > 0)
+    assert.matches("sft_examples: keep: a function%(episode, i%) expected, got string",
+      H.error_of(function() b:sft_examples("success") end))
   end)
 end)

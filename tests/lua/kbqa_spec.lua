@@ -1,6 +1,7 @@
 -- kbqa_spec.lua - envs/kbqa.lua (the rules its header states: the knowledge base, search's top 2
 -- documents by the BM25-style score with the distractors, answer and its reward, the invalid
--- action's format term, the turn budget, the held-out split, the oracles, determinism) and a
+-- action's format term, the turn budget, the held-out split, the oracles, determinism; the variants'
+-- faulty search tool and guesses) and a
 -- smoke run of recipes/search_qa.lua (it runs, prints its measured seconds per step first and
 -- its table; not that it learns).
 local H = dofile((debug.getinfo(1, "S").source:match("^@(.*/)") or "./") .. "helpers.lua")
@@ -97,6 +98,163 @@ describe("envs/kbqa.lua", function()
   end)
 end)
 
+describe("envs/kbqa.lua variants (the faulty search tool, guesses)", function()
+  -- plays actions on a fresh instance of module V reset with rl.rng(seed); the turn records
+  local function run(V, task, seed, actions, inst)
+    inst = inst or V.new()
+    inst:reset(task, rl.rng(seed))
+    local record = {}
+    for _, a in ipairs(actions) do
+      local _, _, done = rl.env.step(V, inst, a, record)
+      if done then break end
+    end
+    return record, inst
+  end
+  local task = kb.gen({ hops = 4 }, rl.rng(9))
+  local five = { "search a", "search b", "search c", "search d", "search e" }
+
+  it("fails a search with the given probability, the same searches for the same episode seed", function()
+    local V = kb.variant { faults = 0.1 }
+    assert.are.equal("kbqa-faults", V.name)
+    local failed, searches = 0, 0
+    for seed = 1, 400 do
+      local rec = run(V, task, seed, five)
+      local other = run(V, task, seed, { "search x y", "search q", "search ann boss", "search z", "search w" })
+      for k, r in ipairs(rec) do
+        searches = searches + 1
+        assert.is_true(r.info.tool_call)
+        local bad = r.info.error == "search failed"
+        if bad then
+          failed = failed + 1
+          assert.are.equal("error: search failed", r.observation)
+          assert.are.equal(0, r.reward)
+        else
+          assert.is_nil(r.info.error)
+          assert.are_not.equal("error: search failed", r.observation)
+        end
+        -- which searches fail does not depend on what was searched
+        assert.are.equal(bad, other[k].info.error == "search failed", "seed " .. seed .. " search " .. k)
+      end
+    end
+    assert.are.equal(2000, searches)
+    -- binomial(2000, 0.1): mean 200, sd 13.4; four sd either side
+    assert.is_true(failed > 146 and failed < 254, "failed " .. failed .. " of 2000")
+    -- different episode seeds fail different searches
+    local patterns = {}
+    for seed = 1, 50 do
+      local rec, p = run(V, task, seed, five), {}
+      for k, r in ipairs(rec) do p[k] = r.info.error and "x" or "." end
+      patterns[table.concat(p)] = true
+    end
+    local distinct = 0
+    for _ in pairs(patterns) do distinct = distinct + 1 end
+    assert.is_true(distinct > 3, "fault patterns " .. distinct)
+    for _, r in ipairs(run(kb.variant { faults = 0 }, task, 3, five)) do assert.is_nil(r.info.error) end
+    for _, r in ipairs(run(kb.variant { faults = 1 }, task, 3, five)) do assert.are.equal("search failed", r.info.error) end
+  end)
+
+  it("is down after a malformed call until reset (the cascade), answers still count", function()
+    local V = kb.variant { cascade = true }
+    local good = "search " .. task.path[1] .. " " .. task.chain[1]
+    local rec, inst = run(V, task, 1, { good, "hello", good, good, kb.gold(task) })
+    assert.is_nil(rec[1].info.error)
+    assert.matches(task.path[2], rec[1].observation)
+    assert.are.equal("invalid", rec[2].observation)
+    assert.are.equal(-0.1, rec[2].reward)
+    assert.are.equal("malformed call", rec[2].info.error)
+    for k = 3, 4 do
+      assert.are.equal("error: search down", rec[k].observation)
+      assert.are.equal("search down", rec[k].info.error)
+    end
+    assert.are.equal(1, rec[5].reward) -- the answer does not need the tool
+    assert.is_true(rec[5].info.success)
+    -- a clone of a down episode is down too; a reset brings the tool back
+    inst:reset(task, rl.rng(1))
+    rl.env.step(V, inst, "hello", {})
+    local copy, r2 = inst:clone(), {}
+    rl.env.step(V, copy, good, r2)
+    assert.are.equal("search down", r2[1].info.error)
+    local again = run(V, task, 1, { good }, inst)
+    assert.is_nil(again[1].info.error)
+    assert.matches(task.path[2], again[1].observation)
+    -- without the cascade a malformed call is only itself
+    local nc = run(kb.variant { faults = 0 }, task, 1, { "hello", good })
+    assert.are.equal("malformed call", nc[1].info.error)
+    assert.is_nil(nc[2].info.error)
+    -- the budget still ends it, down or not
+    assert.are.equal(kb.max_turns, #run(V, task, 1, { "hello", good, good, good, good, good, good }))
+    -- the plain module never fails and reports no errors
+    for _, r in ipairs(run(kb, task, 1, { "hello", good, good })) do assert.is_true(r.info.error == nil) end
+  end)
+
+  it("guess: the searches before the first right guess are the minimal depth, the rest excess", function()
+    local V = kb.variant { guess = true }
+    assert.are.equal("kbqa-guess", V.name)
+    local t2 = kb.gen({ hops = 2 }, rl.rng(4))
+    local s1 = "search " .. t2.path[1] .. " " .. t2.chain[1]
+    local s2 = "search " .. t2.path[2] .. " " .. t2.chain[2]
+    local wrong = t2.answer == "bab" and "bac" or "bab"
+    -- right guess with the third search: two were enough, one beyond
+    local rec = run(V, t2, 1, { s1 .. " guess " .. wrong, s2 .. " guess " .. t2.path[2],
+      s2 .. " guess " .. t2.answer, s2 .. " GUESS " .. t2.answer, kb.gold(t2) })
+    assert.matches(t2.path[2], rec[1].observation) -- the guess is not part of the query
+    assert.matches(t2.answer, rec[2].observation)
+    for k = 1, 4 do assert.is_true(rec[k].info.tool_call) end
+    local last = rec[5].info
+    assert.is_true(last.success)
+    assert.are.same({ 2, 2 }, { last.depth, last.excess })
+    -- no right guess: every search was needed
+    rec = run(V, t2, 1, { s1, s2, kb.gold(t2) })
+    assert.are.same({ 2, 0 }, { rec[3].info.depth, rec[3].info.excess })
+    -- a right guess before any search: all of them beyond
+    rec = run(V, t2, 1, { s1 .. " guess " .. t2.answer, s2, kb.gold(t2) })
+    assert.are.same({ 0, 2 }, { rec[3].info.depth, rec[3].info.excess })
+    -- the budget ends it with the same account
+    rec = run(V, t2, 1, { s1, s2 .. " guess x", s2 .. " guess " .. t2.answer, s2, s2, s2 })
+    assert.are.equal(kb.max_turns, #rec)
+    assert.are.same({ 2, 4 }, { rec[6].info.depth, rec[6].info.excess })
+    -- the plain module reads "guess" as query words and reports no depth
+    local plain = run(kb, t2, 1, { s1 .. " guess " .. t2.answer, kb.gold(t2) })
+    assert.is_nil(plain[2].info.depth)
+    -- the oracle guesses what it has found: right only on a repeat of the last hop's search
+    local repeats, checked = 0, 0
+    for i, t in ipairs(kb.tasks("test", 80, 2)) do
+      local acts = V.oracle(t, rl.rng(i))
+      assert.are.same(kb.oracle(t, rl.rng(i)), (function()
+        local plain_acts = {}
+        for k, a in ipairs(acts) do plain_acts[k] = a:gsub(" guess %S+$", "") end
+        return plain_acts
+      end)())
+      local r = run(V, t, i, acts)
+      local info = r[#r].info
+      assert.is_true(info.success, t.question)
+      local last_repeated = acts[#acts - 1] == "search " .. t.path[t.hops] .. " " .. t.chain[t.hops] .. " guess " .. t.answer
+      if info.excess > 0 then repeats = repeats + 1 end
+      assert.are.equal(last_repeated and 1 or 0, info.excess, t.question)
+      checked = checked + 1
+      local s = run(V, t, i, V.solve(t))
+      assert.are.same({ t.hops, 0 }, { s[#s].info.depth, s[#s].info.excess })
+    end
+    assert.are.equal(80, checked)
+    assert.is_true(repeats > 0)
+  end)
+
+  it("refuses bad options", function()
+    local ok, err = pcall(kb.variant, { faults = 1.5 })
+    assert.is_false(ok)
+    assert.matches("kbqa.variant: faults: a number in %[0, 1%]", err)
+    ok, err = pcall(kb.variant, { fault = 0.1 })
+    assert.is_false(ok)
+    assert.matches("unknown field 'fault' %(did you mean 'faults'%?%)", err)
+    ok, err = pcall(kb.variant, { cascade = 1 })
+    assert.is_false(ok)
+    assert.matches("cascade: true or false", err)
+    ok, err = pcall(kb.variant, { guess = "yes" })
+    assert.is_false(ok)
+    assert.matches("guess: true or false", err)
+  end)
+end)
+
 describe("recipes/search_qa.lua", function()
   it("runs a few steps and prints the measured seconds per step, then its table", function()
     local dir = H.tmpdir()
@@ -123,7 +281,12 @@ describe("recipes/search_qa.lua", function()
       assert.matches("\nSFT%s+1%s+[%d.]+%s+[%d.]+%s+[%d.]+\n", block)
       assert.matches("\ngrpo%s+1%s+[%d.]+%s+[%d.]+%s+[%d.]+\n", block)
       assert.matches("\n%s+6%s+[%d.]+%s+[%d.]+%s+[%d.]+\n", block)
+      assert.matches("\nsft%-rl%s+1%s+[%d.]+%s+[%d.]+%s+[%d.]+\n", block)
     end
+    -- the matched-data policy: the SFT start fine-tuned on grpo's successful training rollouts
+    assert.matches("\n  sft%-rl  %d+ successful grpo rollouts x 3 epochs %(lr 0.0002%)", g)
+    assert.matches("%-%-rl%-sft%-epochs: a positive integer expected", H.run(table.concat({ H.shell_quote(H.moonrl),
+      "run", H.shell_quote(H.root .. "/recipes/search_qa.lua"), "--rl-sft-epochs 0" }, " ")))
     local bad = H.run(table.concat({ H.shell_quote(H.moonrl), "run", H.shell_quote(H.root .. "/recipes/search_qa.lua"),
       "--methods ppo" }, " "))
     assert.matches("unknown method 'ppo'", bad)

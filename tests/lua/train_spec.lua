@@ -583,6 +583,59 @@ end
     assert.is_true(v2[1][1] > 0)
   end)
 
+  it("fatal.drop: fatal episodes leave the group statistics and the loss", function()
+    local function rec(kinds)
+      local r = {}
+      for k, kind in ipairs(kinds) do
+        r[k] = { reward = 0, parsed = { kind = "text" }, info = kind == "E" and { error = "down" } or {} }
+      end
+      return r
+    end
+    local function eps()
+      return {
+        { group = 1, reward = 0, ["end"] = "done", record = rec { "ok", "E", "E", "E" } }, -- fatal at turn 1
+        { group = 1, reward = 1, ["end"] = "done", record = rec { "ok", "ok", "ok" } },
+        { group = 1, reward = 0, ["end"] = "done", record = rec { "ok", "E", "ok" } },    -- not fatal
+        { group = 1, reward = 1, ["end"] = "done", record = rec { "E", "E", "E" } },      -- fatal at 0
+        { group = 2, reward = 0.5, ["end"] = "done", record = rec { "ok", "ok" } },
+        { group = 2, reward = 0, ["end"] = "done", record = rec { "ok", "ok" } },
+      }
+    end
+    local all = eps()
+    local b = fake_batch(all)
+    local adv, per, fatal = advantages({ cfg = { advantage = "grpo", fatal = { drop = true } } }, b)
+    assert.are.equal(2, fatal)
+    assert.are.equal(1, all[1].fatal_turn)
+    assert.are.equal(0, all[4].fatal_turn)
+    for _, i in ipairs { 1, 4 } do
+      for p = b.offsets[i] + 1, b.offsets[i + 1] do
+        assert.are.equal(0, b.mask:get(p))
+        assert.are.equal(0, adv:get(p))
+      end
+      assert.are.equal(0, per[i])
+    end
+    -- the others get what GRPO gives the batch without the fatal episodes
+    local kept = eps()
+    local sub = fake_batch { kept[2], kept[3], kept[5], kept[6] }
+    local want = advantages({ cfg = { advantage = "grpo" } }, sub)
+    for k, i in ipairs { 2, 3, 5, 6 } do
+      local got, exp = turn_values(b, adv, i), turn_values(sub, want, k)
+      assert.are.equal(#exp, #got)
+      for t = 1, #exp do
+        assert.is_near(exp[t][1], got[t][1], 1e-6)
+        assert.are.equal(1, got[t][2])
+      end
+    end
+    assert.is_true(turn_values(b, adv, 3)[1][1] < 0) -- kept: its negative credit stays
+    -- the same batch without drop: the fatal episodes stay in the statistics, masked after the run
+    local b2 = fake_batch(eps())
+    local adv2 = advantages({ cfg = { advantage = "grpo", fatal = true } }, b2)
+    local v1 = turn_values(b2, adv2, 1)
+    assert.are.same({ 0, 1 }, v1[1])
+    assert.are.same({ 0, 0 }, v1[2])
+    assert.are_not.equal(want:get(sub.offsets[1] + 2), adv2:get(b2.offsets[2] + 2))
+  end)
+
   -- The message rl.train raises for base options plus extra (small sizes, so that a version
   -- that ignored a bad option would still end soon).
   local function train_error(extra)
@@ -611,6 +664,7 @@ end
     assert.matches("value_clip", err { advantage = "gae", value_clip = -1 })
     assert.matches("fatal.threshold: a positive integer expected, got 0", err { fatal = { threshold = 0 } })
     assert.matches("fatal: true or false or a table", err { fatal = "yes" })
+    assert.matches("fatal.drop: true or false expected, got 1", err { fatal = { drop = 1 } })
     assert.matches("milestone.mode", err { advantage = "beacon", milestone = { mode = "x" } })
     assert.matches("dro_beta: loss = \"dro\" needs", err { loss = "dro" })
     assert.matches("gdpo.weights: 1 weights expected", err { advantage = "gdpo", gdpo = { weights = { 1, 2 } } })

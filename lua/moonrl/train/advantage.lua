@@ -423,26 +423,42 @@ end, { critic = true })
 
 -- OpenSearch-VL fatal-aware masking (spec section 6.8): an episode with `threshold` consecutive
 -- failed turns (a malformed call, a failed tool, info.error), or that ended without an answer,
--- is fatal from the first turn of that run on: those turns leave the loss (mask 0) and the rest
--- of the episode keeps only non-negative advantages. Returns the number of fatal episodes.
-function M.apply_fatal(c, batch, adv)
+-- is fatal from the first turn of that run on. M.fatal_turn(ep, threshold) -> that turn (0-based,
+-- as batch.turns counts), or nil when the episode is not fatal.
+function M.fatal_turn(ep, threshold)
+  local errors = {}
+  for k, r in ipairs(ep.record) do
+    errors[k] = (r.parsed and r.parsed.kind == "error") or r.tool_error == true
+      or (type(r.info) == "table" and r.info.error ~= nil and r.info.error ~= false)
+  end
+  local res = core.advantage.find_fatal_step_index({ step_is_error = core.json.array(errors),
+    terminated_with_answer = ep["end"] == "done" }, { threshold = threshold or 3 }).result
+  return type(res) == "table" and math.tointeger(res[1]) or nil
+end
+
+-- The fatal turn of each of the batch's episodes ({[i] = turn}) under the fatal option.
+local function fatal_turns(c, batch)
   local threshold = type(c.fatal) == "table" and c.fatal.threshold or 3
+  local at = {}
+  for i, ep in ipairs(batch.episodes) do at[i] = M.fatal_turn(ep, threshold) end
+  return at
+end
+
+-- Fatal-aware masking of adv (the fatal turns at): a fatal episode's turns from the fatal one on
+-- leave the loss (mask 0) and the rest keeps only non-negative advantages; with fatal.drop the
+-- whole episode leaves the loss (its advantages were computed without it). Marks ep.fatal_turn;
+-- returns the number of fatal episodes.
+local function apply_fatal(c, batch, adv, at)
+  local drop = type(c.fatal) == "table" and c.fatal.drop
   local mask, turns, fatal = batch.mask, batch.turns, 0
   for i, ep in ipairs(batch.episodes) do
-    local errors = {}
-    for k, r in ipairs(ep.record) do
-      errors[k] = (r.parsed and r.parsed.kind == "error") or r.tool_error == true
-        or (type(r.info) == "table" and r.info.error ~= nil and r.info.error ~= false)
-    end
-    local res = core.advantage.find_fatal_step_index({ step_is_error = core.json.array(errors),
-      terminated_with_answer = ep["end"] == "done" }, { threshold = threshold }).result
-    local at = type(res) == "table" and math.tointeger(res[1])
-    if at then
+    local t = at[i]
+    if t then
       fatal = fatal + 1
-      ep.fatal_turn = at
+      ep.fatal_turn = t
       for p = batch.offsets[i] + 1, batch.offsets[i + 1] do
         if mask:get(p) ~= 0 then
-          if turns:get(p) >= at then
+          if drop or turns:get(p) >= t then
             mask:set(p, 0)
             adv:set(p, 0)
           elseif adv:get(p) < 0 then
@@ -602,10 +618,10 @@ end
 -- The estimator without the unscorable episodes (a reward graph's ep.reward_status): it runs on
 -- the others alone, so their groups' statistics leave those out, and the unscorable ones get
 -- advantage 0. With a critic, their value targets are their current values (no information).
-local function without_unscorable(ctx, batch, est)
+local function without_unscorable(ctx, batch, est, dropped)
   local keep, out = {}, {}
   for i, ep in ipairs(batch.episodes) do
-    if ep.reward_status == "unscorable" then out[#out + 1] = i else keep[#keep + 1] = i end
+    if ep.reward_status == "unscorable" or dropped[i] then out[#out + 1] = i else keep[#keep + 1] = i end
   end
   if #out == 0 then return est.fn(ctx, batch) end
   local n, total = batch:size(), batch.offsets[batch:size() + 1]
@@ -642,12 +658,15 @@ local function without_unscorable(ctx, batch, est)
   return adv, per_episode
 end
 
--- The stage: the run's estimator on the batch (without its unscorable episodes, which get 0),
--- then fatal-aware masking (with `fatal`). Returns the per-token advantages, the per-episode
--- values and the number of fatal episodes (nil without `fatal`).
+-- The stage: the run's estimator on the batch (without its unscorable episodes, which get 0,
+-- and with fatal.drop without its fatal ones), then fatal-aware masking (with `fatal`). Returns
+-- the per-token advantages, the per-episode values and the number of fatal episodes (nil
+-- without `fatal`).
 function M.compute(ctx, batch)
   local est = M.estimator(ctx.cfg)
-  local adv, per_episode = without_unscorable(ctx, batch, est)
+  local at = ctx.cfg.fatal and fatal_turns(ctx.cfg, batch) or nil
+  local drop = at and type(ctx.cfg.fatal) == "table" and ctx.cfg.fatal.drop
+  local adv, per_episode = without_unscorable(ctx, batch, est, drop and at or {})
   local n, total = batch:size(), batch.offsets[batch:size() + 1]
   if not core.tensor.is_tensor(adv) or adv:numel() ~= total then
     error(string.format("train: advantage %s: per-token advantages expected (a tensor of %d "
@@ -657,7 +676,7 @@ function M.compute(ctx, batch)
     error(string.format("train: advantage %s: per-episode values expected (a list of %d "
       .. "numbers)", est.name, n), 0)
   end
-  local fatal = ctx.cfg.fatal and M.apply_fatal(ctx.cfg, batch, adv) or nil
+  local fatal = at and apply_fatal(ctx.cfg, batch, adv, at) or nil
   return adv, per_episode, fatal
 end
 

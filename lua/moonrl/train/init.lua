@@ -45,7 +45,9 @@
 --     milestone = nil,                        -- advantage = "beacon": {gamma = 0.95, scale = 10,
 --                                             -- weight = 1, mode = "mean_norm"}; turns whose
 --                                             -- info.milestone is true end segments
---     fatal = nil,                            -- true or {threshold = 3}: fatal-aware masking
+--     fatal = nil,                            -- true or {threshold = 3, drop = false}: fatal-
+--                                             -- aware masking (drop: fatal episodes leave the
+--                                             -- group statistics and the loss instead)
 --     dynamic_sampling = false,               -- DAPO: drop zero-variance groups, sample more
 --                                             -- ("reward": zero variance of the graph's totals)
 --     curriculum = nil,                       -- an rl.curriculum: chooses the tasks (in place of

@@ -63,7 +63,7 @@ local SUB = {
     { "gamma", nil, number() }, { "scale", nil, number() }, { "weight", nil, number() },
     { "mode", nil, enum { "mean_norm", "mean_std_norm" } },
   },
-  fatal = fields { { "threshold", nil, integer(1) } },
+  fatal = fields { { "threshold", nil, integer(1) }, { "drop", nil, boolean } },
   overlong = fields {
     { "max_len", nil, integer(1), required = true }, { "buffer", nil, integer(1), required = true },
     { "factor", nil, number() }, { "floor", nil, boolean },
