@@ -24,8 +24,10 @@
 --
 --   moonrl run recipes/ledger.lua [--seed 1] [--seeds 3] [--arms outcome,stratified] [--steps 40]
 --     [--tasks 8] [--group 4] [--qa-k 2] [--lr 5e-4] [--sft-examples 3000] [--sft-epochs 3]
---     [--eval-tasks 64] [--dir runs] [--smoke]
+--     [--eval-tasks 64] [--reuse-sft] [--dir runs] [--smoke]
 --
+-- --reuse-sft loads <dir>/ledger-sft-s<seed>.bin when it exists instead of training it again (the
+-- same seed and SFT options give the same file).
 -- Files go to <dir>/ledger-<arm>-s<seed>/ and the warm start to <dir>/ledger-sft-s<seed>.bin.
 local rl = require "moonrl"
 
@@ -35,7 +37,7 @@ local ledger = require "envs.ledger"
 local R = rl.recipe
 
 local o, why = R.args(arg, { seed = 1, seeds = 1, arms = "outcome,stratified", steps = 40, tasks = 8, group = 4,
-  qa_k = 2, lr = 5e-4, sft_examples = 3000, sft_epochs = 3, eval_tasks = 64, dir = root .. "/runs", smoke = false })
+  qa_k = 2, lr = 5e-4, sft_examples = 3000, sft_epochs = 3, eval_tasks = 64, reuse_sft = false, dir = root .. "/runs", smoke = false })
 if not o then error("ledger.lua: " .. why, 0) end
 if o.smoke then
   o.steps, o.tasks, o.group, o.qa_k, o.sft_examples, o.sft_epochs, o.eval_tasks = 2, 2, 2, 2, 60, 1, 6
@@ -130,6 +132,35 @@ local function advantage(kind)
   end
 end
 
+-- The update stage: the memory episodes and the QA episodes as two updates (one AdamW step
+-- each), so that a minibatch is not right-padded to the memory episodes' length for hundreds of
+-- short QA episodes. The metrics are the two updates' means.
+local function update(ctx, batch, adv, step)
+  local out, parts = {}, 0
+  for _, list in ipairs { { 1, batch.n_memory }, { batch.n_memory + 1, batch:size() } } do
+    if list[2] >= list[1] then
+      local idx, total = {}, 0
+      for i = list[1], list[2] do
+        idx[#idx + 1] = i
+        total = total + batch.offsets[i + 1] - batch.offsets[i]
+      end
+      local sub = batch:select(idx)
+      local a, at = rl.tensor.zeros(math.max(total, 1)):narrow(1, 1, total), 0
+      for _, i in ipairs(idx) do
+        local len = batch.offsets[i + 1] - batch.offsets[i]
+        a:narrow(1, at + 1, len):copy(adv:narrow(1, batch.offsets[i] + 1, len))
+        at = at + len
+      end
+      parts = parts + 1
+      for k, v in pairs(rl.train.update.run(ctx, sub, a, step)) do
+        if type(v) == "number" then out[k] = (out[k] or 0) + v end
+      end
+    end
+  end
+  for k, v in pairs(out) do out[k] = v / parts end
+  return out
+end
+
 local ADVANTAGE = { outcome = advantage("outcome"), stratified = advantage("stratified") }
 
 -- Greedy held-out figures on the streams of each length: qa<len>, ops<len>, bank<len>.
@@ -188,9 +219,14 @@ local DEMO = scripted(ledger.oracle)
 
 local function warm_start(seed)
   local t0 = rl.clock()
+  local path = string.format("%s/ledger-sft-s%d.bin", o.dir, seed)
+  local f = o.reuse_sft and io.open(path, "rb")
+  if f then
+    f:close()
+    return path, { seconds = 0, loss = 0 / 0, examples = 0 }
+  end
   local ctx = { cfg = { env = ledger, max_turns = ledger.max_turns }, tokenizer = tok }
   local data = rl.train.oracle_examples(ctx, o.sft_examples, rl.train.mix(seed, 0x5EA))
-  local path = string.format("%s/ledger-sft-s%d.bin", o.dir, seed)
   local r = R.warm_start { model = new_model(seed), data = data, epochs = o.sft_epochs, path = path,
     seed = rl.train.mix(seed, 0x5F7) }
   return path, { seconds = rl.clock() - t0, loss = r.final_loss, examples = #data }
@@ -207,10 +243,10 @@ local function run_arm(seed, path, arm)
   local result = rl.train {
     model = m, tokenizer = tok, env = ledger, name = string.format("ledger-%s-s%d", arm, seed), dir = o.dir,
     seed = seed, overwrite = true, steps = o.steps, tasks_per_step = o.tasks, group_size = o.group,
-    max_turns = ledger.max_turns, max_turn_tokens = 12, minibatch = 256, epochs = 1, temperature = 1,
+    max_turns = ledger.max_turns, max_turn_tokens = 12, minibatch = 4096, epochs = 1, temperature = 1,
     loss = "ppo", clip_low = 0.2, clip_high = 0.28, lr = o.lr, progress = false, log_episodes = 2,
     tasks = function(_, _, k, s) return ledger.tasks("train", k, s, { kind = "memory" }) end,
-    rollout = rollout, reward = reward, advantage = ADVANTAGE[arm], evaluate = evaluate,
+    rollout = rollout, reward = reward, advantage = ADVANTAGE[arm], update = update, evaluate = evaluate,
     eval = { every = o.steps, tasks = 1, k = 1 },
     on_step = function(step, mt)
       local s = mt["time/step"] - (mt["time/eval"] or 0)
@@ -240,8 +276,12 @@ local function one_seed(seed)
   print(string.format("seed %d: SFT warm start ...", seed))
   io.stdout:flush()
   local path, sft = warm_start(seed)
-  print(string.format("  SFT: %d examples x %d epochs, final loss %.3f, %.0f s", sft.examples, o.sft_epochs,
-    sft.loss, sft.seconds))
+  if sft.examples == 0 then
+    print("  SFT: reused " .. path)
+  else
+    print(string.format("  SFT: %d examples x %d epochs, final loss %.3f, %.0f s", sft.examples, o.sft_epochs,
+      sft.loss, sft.seconds))
+  end
   local rows, sft_row = {}, { arm = "SFT" }
   for i, arm in ipairs(ARMS) do
     rows[i] = run_arm(seed, path, arm)
