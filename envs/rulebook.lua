@@ -14,7 +14,7 @@
 --
 -- The executor's oracle (SFT) reads each `skill:` line in order and tries what it says (d + k,
 -- or the letter), reuses the last trajectory's successful letter when given raw memory, then
--- explores untried letters at random: deliberately imperfect, it never infers a rule itself.
+-- explores the untried letters from a on: deliberately imperfect, it never infers a rule itself.
 --
 -- The curator (M.curator): after task i of a stream it sees the repo and the compressed
 -- trajectory of task i ("r:+5;f\nc>abh!": door c, tried a, b, h, the last one opened it; "."
@@ -146,19 +146,14 @@ function Episode:clone()
 end
 
 -- The executor's imperfect oracle: the skills' suggestions in order, the raw memory's successful
--- letter, then untried letters at random.
+-- letter, then the untried letters from a on (a fixed order, so that a greedy executor can follow
+-- it; random exploration decoded greedily repeats one letter). rng is unused.
 function M.oracle(task, rng)
   local order, seen = {}, {}
   local function add(i) if i and not seen[i] then seen[i] = true; order[#order + 1] = i end end
   for _, s in ipairs(task.repo or {}) do add(M.suggest(s, task.door)) end
   if task.last then add(index(task.last:match(">%a*(%a)!$"))) end
-  local rest = {}
-  for i = 0, M.LETTERS - 1 do if not seen[i] then rest[#rest + 1] = i end end
-  for i = #rest, 2, -1 do
-    local j = rng:random(i)
-    rest[i], rest[j] = rest[j], rest[i]
-  end
-  for _, i in ipairs(rest) do add(i) end
+  for i = 0, M.LETTERS - 1 do add(i) end
   local out = {}
   for k = 1, M.max_turns do out[k] = "try " .. letter(order[k]) end
   return out

@@ -19,9 +19,9 @@
 -- no memory with a second executor (another seed, --dim2 wide) for the executor swap.
 -- Metric: success on tasks 2-4, tries per task on tasks 2-4, repo size after task 4.
 --
---   moonrl run recipes/skills.lua [--seed 1] [--seeds 3] [--steps 40] [--streams 6] [--group 8]
---     [--exec-examples 6000] [--exec-epochs 3] [--cur-examples 3000] [--cur-epochs 3]
---     [--eval-streams 96] [--lr 1e-3] [--dim 64] [--dim2 48] [--dir runs] [--smoke]
+--   moonrl run recipes/skills.lua [--seed 1] [--seeds 3] [--steps 20] [--streams 6] [--group 8]
+--     [--exec-examples 3000] [--exec-epochs 2] [--cur-examples 2000] [--cur-epochs 2]
+--     [--eval-streams 64] [--lr 1e-3] [--dim 64] [--dim2 48] [--dir runs] [--smoke]
 local rl = require "moonrl"
 
 local root = os.getenv("MOONRL_ROOT") or "."
@@ -30,8 +30,8 @@ local B = require "envs.rulebook"
 local C = B.curator
 local R = rl.recipe
 
-local o, why = R.args(arg, { seed = 1, seeds = 1, steps = 40, streams = 6, group = 8, exec_examples = 6000,
-  exec_epochs = 3, cur_examples = 3000, cur_epochs = 3, eval_streams = 96, lr = 1e-3, dim = 64, dim2 = 48,
+local o, why = R.args(arg, { seed = 1, seeds = 1, steps = 20, streams = 6, group = 8, exec_examples = 3000,
+  exec_epochs = 2, cur_examples = 2000, cur_epochs = 2, eval_streams = 64, lr = 1e-3, dim = 64, dim2 = 48,
   dir = root .. "/runs", smoke = false })
 if not o then error("skills.lua: " .. why, 0) end
 if o.smoke then

@@ -49,7 +49,7 @@ describe("envs/rulebook.lua", function()
     assert.are.same({ "try g", "try b", "try j" }, { acts[1], acts[2], acts[3] })
     acts = B.oracle(B.task(3, 5, {}, "a>cde!"), rl.rng(1))
     assert.are.equal("try e", acts[1])
-    -- exploring: 8 distinct random letters of 16, so it opens the door half of the time
+    -- exploring: 8 distinct letters of 16 (a on), so it opens the door half of the time
     local wins, n = 0, 2000
     for i = 1, n do
       local task = B.task(1 + i % 8, i % 16)
