@@ -5,6 +5,16 @@
 --   grpo    GRPO (one advantage per episode), the baseline
 --   gigpo   GiGPO (gamma 0.95): the episode term plus a step term among the group's turns from
 --           the same cell (state_key)
+--   t2po    T²PO's turn-level half on top of GiGPO (gamma 0.95): a turn is sampled again (at most
+--           twice) when |H_t - H_{t-1}|, the mean entropy of this turn's sampled tokens against
+--           the previous turn's, lies in (0, 0.3). The rollout view carries no entropies, so the
+--           on_action hook scores the episode's context with the policy itself (m:logprobs with
+--           entropy = true on the chat template's tokens of the conversation so far, the action
+--           and its end marker: what the rollout sampled, the end marker aside when a turn ran
+--           out of tokens)
+--   aem     AEM: GRPO's advantage times alpha = exp(-H~) normalised to group mean 1, H~ the
+--           episode's mean token entropy min-max scaled within its group, lambda 1, none when the
+--           group's entropies span less than 0.1 (advantage = "aem")
 --
 --   columns: held-out greedy success (maps no training task uses), mean turns per episode
 --   (greedy, held-out), and the first evaluation step at which held-out greedy success reached
@@ -13,7 +23,7 @@
 --
 --   moonrl run recipes/grid.lua [--seed 1] [--seeds 3] [--steps 120] [--sft 800] [--sft-epochs 3]
 --        [--eval 100] [--every 20] [--level 0.5] [--tasks 8] [--group 8] [--dim 64] [--layers 2]
---        [--lr 1e-3] [--arms grpo,gigpo] [--dir runs] [--smoke]
+--        [--lr 1e-3] [--arms grpo,gigpo,t2po,aem] [--dir runs] [--smoke]
 --
 -- --seeds K runs seeds seed..seed+K-1 and reports mean ± sample sd; --smoke is a tiny run that
 -- only shows the recipe works. Files go to <dir>/grid-<arm>-s<seed>/. The README
@@ -25,7 +35,7 @@ package.path = root .. "/?.lua;" .. package.path
 local env = require "envs.grid"
 
 local o, why = rl.recipe.args(arg, { seed = 1, seeds = 1, steps = 120, sft = 800, sft_epochs = 3, eval = 100,
-  every = 20, level = 0.5, tasks = 8, group = 8, dim = 64, layers = 2, lr = 1e-3, arms = "grpo,gigpo",
+  every = 20, level = 0.5, tasks = 8, group = 8, dim = 64, layers = 2, lr = 1e-3, arms = "grpo,gigpo,t2po,aem",
   dir = root .. "/runs", smoke = false })
 if not o then error("grid.lua: " .. why, 0) end
 if o.smoke then
@@ -34,8 +44,10 @@ end
 local ARMS = {
   grpo = { label = "SFT + GRPO", train = { advantage = "grpo" } },
   gigpo = { label = "SFT + GiGPO", train = { advantage = "gigpo", gamma = 0.95 } },
+  t2po = { label = "SFT + GiGPO + T2PO turns", train = { advantage = "gigpo", gamma = 0.95 }, t2po = true },
+  aem = { label = "SFT + AEM (GRPO)", train = { advantage = "aem" } },
 }
-local ARM_NAMES = "grpo, gigpo"
+local ARM_NAMES = "grpo, gigpo, t2po, aem"
 local arms = {}
 for name in o.arms:gmatch("[^,]+") do
   if not ARMS[name] then error("grid.lua: unknown arm '" .. name .. "' (" .. ARM_NAMES .. ")", 0) end
@@ -91,6 +103,43 @@ local function sft_data(seed)
   return data
 end
 
+-- T²PO's turn resampling for policy m: on_action(ep, action, attempt) -> true when the turn's mean
+-- token entropy is within (0, 0.3) of the previous turn's (never on the first turn). counts
+-- gets the hook's calls and resamples.
+local T2PO_BAND, T2PO_RETRIES = 0.3, 2
+local function t2po_hooks(m, counts)
+  local function span_entropy(ent, first, last) -- tokens first..last (1-based) of the sequence
+    local sum = 0
+    for p = first, last do sum = sum + ent[p - 1] end
+    return sum / (last - first + 1)
+  end
+  return {
+    max_resamples = T2PO_RETRIES,
+    on_action = function(ep, action)
+      counts.calls = counts.calls + 1
+      if #ep.record == 0 then return false end
+      local msgs = { { role = "user", content = env.new():reset(ep.task) } }
+      for _, rec in ipairs(ep.record) do
+        msgs[#msgs + 1] = { role = "assistant", content = rec.action }
+        msgs[#msgs + 1] = { role = "user", content = rec.observation }
+      end
+      local prev_start = #tok:chat({ table.unpack(msgs, 1, #msgs - 2) }, { add_generation_prompt = true })
+      local prev_end = #tok:chat({ table.unpack(msgs, 1, #msgs - 1) }, { add_generation_prompt = false })
+      local cur_start = #tok:chat(msgs, { add_generation_prompt = true })
+      msgs[#msgs + 1] = { role = "assistant", content = action }
+      local ids = tok:chat(msgs, { add_generation_prompt = false })
+      if #ids > CTX then return false end -- a turn cut at the context's end: nothing to compare
+      local _, ent = m:logprobs { tokens = { ids }, entropy = true }
+      local dh = math.abs(span_entropy(ent[1], cur_start + 1, #ids) - span_entropy(ent[1], prev_start + 1, prev_end))
+      if dh > 0 and dh < T2PO_BAND then
+        counts.resamples = counts.resamples + 1
+        return true
+      end
+      return false
+    end,
+  }
+end
+
 -- The first evaluation step whose greedy success reached the level (nil: never).
 local function steps_to_level(history)
   for _, h in ipairs(history) do
@@ -118,12 +167,15 @@ local function run_seed(seed)
       evaluate = evaluate, eval = { every = o.every }, progress = false,
     }
     for k, v in pairs(ARMS[arm].train) do opts[k] = v end
+    local counts = { calls = 0, resamples = 0 }
+    if ARMS[arm].t2po then opts.rollout_hooks = t2po_hooks(m, counts) end
     local result = rl.train(opts)
     local n, sum = 0, 0
     for _, h in ipairs(result.history) do
       if h.step > 0 and h["time/step"] then n, sum = n + 1, sum + h["time/step"] end
     end
-    timing.arms[arm] = { seconds = rl.clock() - ta, per_step = n > 0 and sum / n or 0 }
+    timing.arms[arm] = { seconds = rl.clock() - ta, per_step = n > 0 and sum / n or 0,
+      resampled = ARMS[arm].t2po and counts.resamples / math.max(counts.calls, 1) or nil }
     rows.sft = rows.sft or { greedy_success = result.before["eval/greedy_success"], turns = result.before["eval/turns"],
       level_step = result.before["eval/greedy_success"] >= o.level and 0 or nil }
     rows[arm] = { greedy_success = result.after["eval/greedy_success"], turns = result.after["eval/turns"],
@@ -159,7 +211,8 @@ local all = rl.recipe.over_seeds(o.seed, o.seeds, function(seed)
   local parts = {}
   for _, arm in ipairs(arms) do
     local a = timing.arms[arm]
-    parts[#parts + 1] = string.format("%s %.0f s (%.2f s/step)", arm, a.seconds, a.per_step)
+    parts[#parts + 1] = string.format("%s %.0f s (%.2f s/step%s)", arm, a.seconds, a.per_step,
+      a.resampled and string.format(", %.0f%% of hook calls resampled", 100 * a.resampled) or "")
   end
   print(string.format("seconds: SFT %.0f (final loss %.3f); %s; seed total %.0f", timing.sft, timing.sft_loss,
     table.concat(parts, "; "), timing.total))
