@@ -15,6 +15,13 @@
 --   aem     AEM: GRPO's advantage times alpha = exp(-H~) normalised to group mean 1, H~ the
 --           episode's mean token entropy min-max scaled within its group, lambda 1, none when the
 --           group's entropies span less than 0.1 (advantage = "aem")
+--   tsr     TSR best-of-4 per turn by distance to the goal, on GRPO: each sampled action is
+--           tried on a clone of the episode's environment (the clone slips as the episode will,
+--           the slip stream being the episode's) and the turn is sampled again, up to 3 times,
+--           until the action's distance after the move is the best any of u, d, l, r reaches
+--           from there; the 4th sample is kept whatever it scores. This is best-of-4 whenever
+--           one of the 4 samples reaches the best score, and takes the last sample (not the
+--           best of the 4) when none does. Training rollouts only: evaluation searches nothing
 --
 --   columns: held-out greedy success (maps no training task uses), mean turns per episode
 --   (greedy, held-out), and the first evaluation step at which held-out greedy success reached
@@ -23,7 +30,7 @@
 --
 --   moonrl run recipes/grid.lua [--seed 1] [--seeds 3] [--steps 120] [--sft 800] [--sft-epochs 3]
 --        [--eval 100] [--every 20] [--level 0.5] [--tasks 8] [--group 8] [--dim 64] [--layers 2]
---        [--lr 1e-3] [--arms grpo,gigpo,t2po,aem] [--dir runs] [--smoke]
+--        [--lr 1e-3] [--arms grpo,gigpo,t2po,aem,tsr] [--dir runs] [--smoke]
 --
 -- --seeds K runs seeds seed..seed+K-1 and reports mean ± sample sd; --smoke is a tiny run that
 -- only shows the recipe works. Files go to <dir>/grid-<arm>-s<seed>/. The README
@@ -35,7 +42,7 @@ package.path = root .. "/?.lua;" .. package.path
 local env = require "envs.grid"
 
 local o, why = rl.recipe.args(arg, { seed = 1, seeds = 1, steps = 120, sft = 800, sft_epochs = 3, eval = 100,
-  every = 20, level = 0.5, tasks = 8, group = 8, dim = 64, layers = 2, lr = 1e-3, arms = "grpo,gigpo,t2po,aem",
+  every = 20, level = 0.5, tasks = 8, group = 8, dim = 64, layers = 2, lr = 1e-3, arms = "grpo,gigpo,t2po,aem,tsr",
   dir = root .. "/runs", smoke = false })
 if not o then error("grid.lua: " .. why, 0) end
 if o.smoke then
@@ -46,8 +53,9 @@ local ARMS = {
   gigpo = { label = "SFT + GiGPO", train = { advantage = "gigpo", gamma = 0.95 } },
   t2po = { label = "SFT + GiGPO + T2PO turns", train = { advantage = "gigpo", gamma = 0.95 }, t2po = true },
   aem = { label = "SFT + AEM (GRPO)", train = { advantage = "aem" } },
+  tsr = { label = "SFT + GRPO + TSR best-of-4", train = { advantage = "grpo" }, tsr = true },
 }
-local ARM_NAMES = "grpo, gigpo, t2po, aem"
+local ARM_NAMES = "grpo, gigpo, t2po, aem, tsr"
 local arms = {}
 for name in o.arms:gmatch("[^,]+") do
   if not ARMS[name] then error("grid.lua: unknown arm '" .. name .. "' (" .. ARM_NAMES .. ")", 0) end
@@ -140,6 +148,31 @@ local function t2po_hooks(m, counts)
   }
 end
 
+-- TSR's per-turn search: on_action -> true (sample the turn again) while the action's distance to
+-- the goal after the move, tried on a clone of the episode's environment, is worse than the best
+-- of the four directions'.
+local TSR_N = 4
+local function after(inst, action)
+  local c = inst:clone()
+  c:step(action)
+  return c:distance()
+end
+local function tsr_hooks(counts)
+  return {
+    max_resamples = TSR_N - 1,
+    on_action = function(ep, action)
+      counts.calls = counts.calls + 1
+      local best = math.huge
+      for _, a in ipairs(env.ACTIONS) do best = math.min(best, after(ep.instance, a)) end
+      if after(ep.instance, action) > best then
+        counts.resamples = counts.resamples + 1
+        return true
+      end
+      return false
+    end,
+  }
+end
+
 -- The first evaluation step whose greedy success reached the level (nil: never).
 local function steps_to_level(history)
   for _, h in ipairs(history) do
@@ -169,13 +202,14 @@ local function run_seed(seed)
     for k, v in pairs(ARMS[arm].train) do opts[k] = v end
     local counts = { calls = 0, resamples = 0 }
     if ARMS[arm].t2po then opts.rollout_hooks = t2po_hooks(m, counts) end
+    if ARMS[arm].tsr then opts.rollout_hooks = tsr_hooks(counts) end
     local result = rl.train(opts)
     local n, sum = 0, 0
     for _, h in ipairs(result.history) do
       if h.step > 0 and h["time/step"] then n, sum = n + 1, sum + h["time/step"] end
     end
     timing.arms[arm] = { seconds = rl.clock() - ta, per_step = n > 0 and sum / n or 0,
-      resampled = ARMS[arm].t2po and counts.resamples / math.max(counts.calls, 1) or nil }
+      resampled = (ARMS[arm].t2po or ARMS[arm].tsr) and counts.resamples / math.max(counts.calls, 1) or nil }
     rows.sft = rows.sft or { greedy_success = result.before["eval/greedy_success"], turns = result.before["eval/turns"],
       level_step = result.before["eval/greedy_success"] >= o.level and 0 or nil }
     rows[arm] = { greedy_success = result.after["eval/greedy_success"], turns = result.after["eval/turns"],

@@ -119,7 +119,7 @@ describe("recipes/grid.lua", function()
   it("--smoke prints the table with every arm, numbers in range, the same on a second run", function()
     local out, code = smoke()
     assert.are.equal(0, code, out)
-    for _, label in ipairs { "SFT %(demonstrator walks%)", "SFT %+ GRPO", "SFT %+ GiGPO ", "SFT %+ GiGPO %+ T2PO turns", "SFT %+ AEM %(GRPO%)", "demonstrator %(scripted%)",
+    for _, label in ipairs { "SFT %(demonstrator walks%)", "SFT %+ GRPO", "SFT %+ GiGPO ", "SFT %+ GiGPO %+ T2PO turns", "SFT %+ AEM %(GRPO%)", "SFT %+ GRPO %+ TSR best%-of%-4", "demonstrator %(scripted%)",
       "planner %(ceiling%)" } do
       local line = out:match("\n(" .. label .. "[^\n]*)")
       assert.is_truthy(line, label .. " missing in:\n" .. out)
