@@ -111,8 +111,8 @@ end
 
 -- The direction a move in direction a takes at turn t: a, or a perpendicular one on a slip.
 function Episode:slipped(a, t)
-  local h = rl.train.mix(self.seed, t)
-  local u = (h >> 11) * 2.0 ^ -53
+  local h = rl.train.mix(self.seed, t) -- 63 bits (rl.train.mix clears the sign bit)
+  local u = (h >> 10) * 2.0 ^ -53
   if u < M.SLIP then return SIDE[a][u < M.SLIP / 2 and 1 or 2] end
   return a
 end
