@@ -28,8 +28,8 @@
 --   --level (- when it never did); scripted rows: the demonstrator and the shortest-path planner
 --   (replanned after each slip: the ceiling), on the same maps and slip streams.
 --
---   moonrl run recipes/grid.lua [--seed 1] [--seeds 3] [--steps 120] [--sft 800] [--sft-epochs 3]
---        [--eval 100] [--every 20] [--level 0.5] [--tasks 8] [--group 8] [--dim 64] [--layers 2]
+--   moonrl run recipes/grid.lua [--seed 1] [--seeds 3] [--steps 30] [--sft 800] [--sft-epochs 3]
+--        [--eval 100] [--every 10] [--level 0.5] [--tasks 8] [--group 8] [--dim 64] [--layers 2]
 --        [--lr 2e-4] [--arms grpo,gigpo,t2po,aem,tsr] [--dir runs] [--smoke]
 --
 -- --seeds K runs seeds seed..seed+K-1 and reports mean ± sample sd; --smoke is a tiny run that
@@ -41,8 +41,8 @@ local root = os.getenv("MOONRL_ROOT") or "."
 package.path = root .. "/?.lua;" .. package.path
 local env = require "envs.grid"
 
-local o, why = rl.recipe.args(arg, { seed = 1, seeds = 1, steps = 120, sft = 800, sft_epochs = 3, eval = 100,
-  every = 20, level = 0.5, tasks = 8, group = 8, dim = 64, layers = 2, lr = 2e-4, arms = "grpo,gigpo,t2po,aem,tsr",
+local o, why = rl.recipe.args(arg, { seed = 1, seeds = 1, steps = 30, sft = 800, sft_epochs = 3, eval = 100,
+  every = 10, level = 0.5, tasks = 8, group = 8, dim = 64, layers = 2, lr = 2e-4, arms = "grpo,gigpo,t2po,aem,tsr",
   dir = root .. "/runs", smoke = false })
 if not o then error("grid.lua: " .. why, 0) end
 if o.smoke then
