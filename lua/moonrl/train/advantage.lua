@@ -76,6 +76,35 @@ for _, method in ipairs { "grpo", "drgrpo", "rloo", "opo", "gpg", "grpo_passk",
   M.register(method, outcome(method))
 end
 
+-- AEM (spec advantage.md 6.7, rl.advantage.aem): each episode's GRPO advantage times alpha =
+-- exp(-H) normalised to group mean 1, H the episode's mean token entropy under the policy before
+-- the update (min-max scaled within the group; alpha = 1 in a group whose entropies span less
+-- than 0.1), lambda 1. batch.aem_alpha keeps the alphas (for a recipe's diagnostics).
+function M.mean_entropies(ctx, batch)
+  local _, ent = score.score(ctx.model, batch, ctx.cfg.minibatch, true)
+  local out = {}
+  for i = 1, batch:size() do
+    local sum, cnt = 0, 0
+    for p = batch.offsets[i] + 1, batch.offsets[i + 1] do
+      if batch.mask:get(p) ~= 0 then sum, cnt = sum + ent:get(p), cnt + 1 end
+    end
+    out[i] = cnt > 0 and sum / cnt or 0
+  end
+  return out
+end
+
+M.register("aem", function(ctx, batch)
+  local scores, groups = M.scores(batch)
+  local base = core.objective.advantage { method = "grpo", scores = scores, groups = groups,
+    counts = batch:sampled_counts(), epsilon = ctx.cfg.adv_epsilon }
+  local res = core.advantage.aem({ base_adv = base, mean_entropy = M.mean_entropies(ctx, batch), group = groups },
+    { lam = 1, min_range = 0.1 })
+  local a = {}
+  for i = 1, #base do a[i] = res.advantages[i] end
+  batch.aem_alpha = res.alpha
+  return core.objective.broadcast { values = a, mask = batch.mask, offsets = batch.offsets }, a
+end)
+
 -- The reward terms GDPO normalises by default, in the order the reward stage adds them: the
 -- environment's return ("env"), the recipe's terms, DAPO's overlong penalty ("overlong").
 function M.gdpo_terms(c)
