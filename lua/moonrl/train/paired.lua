@@ -92,7 +92,8 @@ function M.rollout(opts)
         temperature = req.temperature, top_k = c.top_k, top_p = c.top_p, min_p = c.min_p,
         system = c.system, batch_invariant = c.batch_invariant, max_resamples = o.max_resamples,
         on_action = function(view, action)
-          return view.turns == part[view.episode].turn - 1 and o.refuse(action) and true or false
+          -- (an action's view counts the turn it is taking: turns = t at turn t)
+          return view.turns == part[view.episode].turn and o.refuse(action) and true or false
         end }
       for j, job in ipairs(part) do
         local a, bb = b.episodes[job.i], res[j]
