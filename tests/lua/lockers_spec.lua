@@ -272,7 +272,7 @@ describe("recipes/proact.lua", function()
       return out
     end
     local out = run()
-    assert.matches("%(measured: [%d.]+ s per RL step", out)
+    assert.matches("\n  measured: [%d.]+ s per RL step", out)
     assert.matches("proactrl branches: %d+ recall turns, %d+ paired", out)
     local tbl = out:match("\n(proact, seed 1;.-)\n%(succ")
     assert.is_not_nil(tbl, out)
