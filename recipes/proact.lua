@@ -17,11 +17,12 @@
 --             branch A is the episode as sampled; branch B re-runs the same episode (same
 --             task, same experience base, same sampling stream: the identical prefix, token
 --             for token) and at the recall's turn takes it back and samples again
---             (rollout hook on_action) until the action is not a recall; both go to the end;
---             the recall turn's process reward is
+--             (rollout hook on_action, up to 32 times) until the action is not a recall; both
+--             go to the end (rl.train.paired.rollout); the recall turn's process reward is
 --               outcome(A) - outcome(B) - 0.02 x (turns(A) - turns(B))
 --             added (x --process-weight, 1) to the advantage of that turn's tokens
---             (estimator "proactrl", rl.train.advantage.register). B is not trained on.
+--             (rl.train.paired.advantage, registered as "proactrl"). B is not trained on; a
+--             recall the policy still made after 32 resamples gets no process reward.
 --   ideal     envs/lockers.lua's solve: a recall exactly on each hidden code (the ceiling).
 -- Same seed, tasks and steps for grpo and proactrl; PPO clip 0.2 / 0.28.
 -- Measured greedily on held-out streams (held-out worlds): success, success on the tasks
