@@ -13,6 +13,8 @@
 --             recall schedule, not a trained policy);
 --   SFT       the shared warm start (imitation of envs/lockers.lua's imperfect oracle);
 --   grpo      plain GRPO from SFT, recall available, reward = success;
+--   grpo_cost GRPO with the same turn cost in the reward: success - 0.02 x turns (a control:
+--             is the paired branch needed, or is ProactRL's gain the turn cost alone?);
 --   proactrl  GRPO's outcome advantage plus ProactRL's process reward on every recall turn:
 --             branch A is the episode as sampled; branch B re-runs the same episode (same
 --             task, same experience base, same sampling stream: the identical prefix, token
@@ -207,6 +209,7 @@ local function run_arm(seed, sft_path, arm)
     group_size = o.group, minibatch = o.tasks * o.group, max_turn_tokens = MAX_TOKENS,
     clip_low = 0.2, clip_high = 0.28, lr = o.lr,
     advantage = arm == "proactrl" and "proactrl" or "grpo",
+    rewards = arm == "grpo_cost" and { turns = function(ep) return -o.turn_cost * ep.turns end } or nil,
     rollout = arm == "proactrl" and branching_rollout(stats) or nil,
     eval = { every = o.steps, tasks = 1, k = 1 }, evaluate = evaluate, progress = false,
     log_episodes = 2,
@@ -230,7 +233,7 @@ local function run_arm(seed, sft_path, arm)
       .. "%d prefixes differed, %d still recalled after %d resamples", stats.marked, stats.paired,
       stats.paired > 0 and stats.sum / stats.paired or 0, stats.differed, stats.refused, MAX_RESAMPLES))
   end
-  print(string.format("  %-8s %d steps  %.2f s/step  held-out success %.1f%%, %.2f recalls/ep",
+  print(string.format("  %-9s %d steps  %.2f s/step  held-out success %.1f%%, %.2f recalls/ep",
     arm, o.steps, row.sps, 100 * row.success, row.recalls))
   io.stdout:flush()
   return row, result.before
@@ -256,6 +259,7 @@ local function one_seed(seed)
   end
   rows[#rows + 1] = sft_row
   rows[#rows + 1] = grpo
+  rows[#rows + 1] = (run_arm(seed, sft_path, "grpo_cost"))
   rows[#rows + 1] = (run_arm(seed, sft_path, "proactrl"))
   local ideal = scripted(L.solve)
   ideal.arm = "ideal"
@@ -270,13 +274,13 @@ local function print_table(list, title)
   local function cell(v, scale, fmt) return string.format("%" .. w .. "s", R.pm(v, scale, fmt)) end
   print(string.format("\nproact, %s; %d steps of %d tasks x %d episodes; %d held-out tasks (held-out worlds), greedy",
     title, o.steps, o.tasks, o.group, #HELD))
-  print(table.concat({ string.format("%-8s", "arm"), string.format("%" .. w .. "s", "succ%"),
+  print(table.concat({ string.format("%-9s", "arm"), string.format("%" .. w .. "s", "succ%"),
     string.format("%" .. w .. "s", "need%"), string.format("%" .. w .. "s", "recall"),
     string.format("%" .. w .. "s", "prec%"), string.format("%" .. w .. "s", "turns"),
     string.format("%7s", "s/step") }, " "))
   for _, r in ipairs(R.summarise(list, "arm")) do
     local s = type(r.sps) == "table" and r.sps.mean or r.sps
-    print(table.concat({ string.format("%-8s", r.arm), cell(r.success), cell(r.need_success),
+    print(table.concat({ string.format("%-9s", r.arm), cell(r.success), cell(r.need_success),
       cell(r.recalls, 1, "%.2f"), cell(r.precision), cell(r.turns, 1, "%.2f"),
       string.format("%7s", s and string.format("%.2f", s) or "-") }, " "))
   end

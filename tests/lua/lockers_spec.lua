@@ -277,7 +277,7 @@ describe("recipes/proact.lua", function()
     local tbl = out:match("\n(proact, seed 1;.-)\n%(succ")
     assert.is_not_nil(tbl, out)
     assert.matches("\narm +succ%% +need%% +recall +prec%% +turns +s/step\n", tbl)
-    for _, arm in ipairs { "never", "passive", "every", "SFT", "grpo", "proactrl", "ideal" } do
+    for _, arm in ipairs { "never", "passive", "every", "SFT", "grpo", "grpo_cost", "proactrl", "ideal" } do
       local s, n, r, p, t = tbl:match("\n" .. arm .. " +([%d.]+) +([%d.]+) +([%d.]+) +([%d.-]+) +([%d.]+)")
       assert.is_not_nil(s, arm .. " row missing:\n" .. tbl)
       for _, v in ipairs { tonumber(s), tonumber(n) } do assert.is_true(v >= 0 and v <= 100) end
