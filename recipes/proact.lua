@@ -26,7 +26,7 @@
 --             (rl.train.paired.advantage, registered as "proactrl"). B is not trained on; a
 --             recall the policy still made after 32 resamples gets no process reward.
 --   ideal     envs/lockers.lua's solve: a recall exactly on each hidden code (the ceiling).
--- Same seed, tasks and steps for grpo and proactrl; PPO clip 0.2 / 0.28.
+-- Same seed, tasks and steps for grpo, grpo_cost and proactrl; PPO clip 0.2 / 0.28.
 -- Measured greedily on held-out streams (held-out worlds): success, success on the tasks
 -- that need a past fact, recalls per episode, recall precision (the share of recalls made on
 -- tasks that need a past fact), turns per episode, and the seconds per RL step.
