@@ -132,12 +132,13 @@ local correction = require "moonrl.train.correction"
 local replay = require "moonrl.train.replay"
 local diagnostics = require "moonrl.train.diagnostics"
 local teacher = require "moonrl.train.teacher"
+local paired = require "moonrl.train.paired"
 
 local M = {
   options = options, seed = seedlib, tasks = tasks, rollout = rollout, reward = reward,
   advantage = advantage, critic = critic, update = update, eval = eval, log = log,
   checkpoint = checkpoint, warmstart = warmstart, correction = correction, replay = replay,
-  teacher = teacher, diagnostics = diagnostics, mix = seedlib.mix, oracle_examples = warmstart.oracle_examples,
+  teacher = teacher, paired = paired, diagnostics = diagnostics, mix = seedlib.mix, oracle_examples = warmstart.oracle_examples,
   evaluate = eval.run,
 }
 
