@@ -314,4 +314,27 @@ function M.variant(opts)
   return V
 end
 
+-- success_by_hops(ctx, tasks, chunk) -> {all =, h1 =, ..., h<max_hops> =}: the greedy success of
+-- a trainer context's policy (ctx.stages.rollout) on tasks, chunk episodes at a time; all over
+-- every task, hK over the hop-K tasks (0 where there are none).
+function M.success_by_hops(ctx, tasks, chunk)
+  local wins, count, all = {}, {}, 0
+  for h = 1, M.max_hops do wins[h], count[h] = 0, 0 end
+  for _, t in ipairs(tasks) do count[t.hops] = count[t.hops] + 1 end
+  for first = 1, #tasks, chunk do
+    local part = table.move(tasks, first, math.min(#tasks, first + chunk - 1), 1, {})
+    local b = ctx.stages.rollout(ctx, { tasks = part, repeats = 1, seed = 5 + first, temperature = 0,
+      group_base = 0 })
+    for i, ep in ipairs(b.episodes) do
+      if ep.success then
+        local h = part[i].hops
+        wins[h], all = wins[h] + 1, all + 1
+      end
+    end
+  end
+  local out = { all = all / #tasks }
+  for h = 1, M.max_hops do out["h" .. h] = count[h] > 0 and wins[h] / count[h] or 0 end
+  return out
+end
+
 return M

@@ -66,24 +66,7 @@ end
 
 -- Greedy held-out success per hop count (h1 .. h4) and over all, in chunks of tasks x group
 -- episodes; each chunk's rollout seed (and so each episode's failures) is fixed.
-local function held_out(ctx)
-  local wins, all, chunk = {}, 0, o.tasks * o.group
-  for h = 1, HOPS do wins[h] = 0 end
-  for first = 1, #HELD, chunk do
-    local part = table.move(HELD, first, math.min(#HELD, first + chunk - 1), 1, {})
-    local b = ctx.stages.rollout(ctx, { tasks = part, repeats = 1, seed = 5 + first, temperature = 0,
-      group_base = 0 })
-    for i, ep in ipairs(b.episodes) do
-      if ep.success then
-        local h = part[i].hops
-        wins[h], all = wins[h] + 1, all + 1
-      end
-    end
-  end
-  local out = { all = all / #HELD }
-  for h = 1, HOPS do out["h" .. h] = wins[h] / o.eval_tasks end
-  return out
-end
+local function held_out(ctx) return kbqa.success_by_hops(ctx, HELD, o.tasks * o.group) end
 
 -- search_qa.lua's warm start (the same options, the same file).
 local function warm_start(seed)

@@ -98,6 +98,35 @@ describe("envs/kbqa.lua", function()
   end)
 end)
 
+describe("kbqa.success_by_hops", function()
+  it("counts successes per hop count over chunked rollouts, with distinct seeds per chunk", function()
+    local rng, tasks = rl.rng(3), {}
+    for i = 1, 10 do tasks[i] = kb.gen({ hops = (i - 1) % 3 + 1 }, rng) end -- hops 1, 2, 3 (4 none)
+    local calls = {}
+    local ctx = { stages = { rollout = function(_, req)
+      calls[#calls + 1] = { n = #req.tasks, seed = req.seed, temperature = req.temperature }
+      local eps = {}
+      for i, t in ipairs(req.tasks) do eps[i] = { success = t.hops ~= 2 and i % 2 == 1 } end
+      return { episodes = eps }
+    end } }
+    local got = kb.success_by_hops(ctx, tasks, 4)
+    -- by hand: chunks {1..4}, {5..8}, {9, 10}; a task succeeds when it is odd within its chunk
+    -- and not a 2-hop one
+    local wins, count = { 0, 0, 0 }, { 0, 0, 0 }
+    for i, t in ipairs(tasks) do
+      count[t.hops] = count[t.hops] + 1
+      local within = (i - 1) % 4 + 1
+      if t.hops ~= 2 and within % 2 == 1 then wins[t.hops] = wins[t.hops] + 1 end
+    end
+    assert.are.same({ 4, 4, 2 }, { calls[1].n, calls[2].n, calls[3].n })
+    assert.are.same({ 6, 10, 14 }, { calls[1].seed, calls[2].seed, calls[3].seed })
+    assert.are.equal(0, calls[1].temperature)
+    for h = 1, 3 do assert.are.equal(wins[h] / count[h], got["h" .. h]) end
+    assert.are.equal(0, got.h4)
+    assert.are.equal((wins[1] + wins[3]) / 10, got.all)
+  end)
+end)
+
 describe("envs/kbqa.lua variants (the faulty search tool, guesses)", function()
   -- plays actions on a fresh instance of module V reset with rl.rng(seed); the turn records
   local function run(V, task, seed, actions, inst)
