@@ -275,15 +275,7 @@ local COLS = { "qa4", "qa8", "ops4", "ops8", "bank4", "bank8" }
 
 local function one_seed(seed)
   local t0 = rl.clock()
-  print(string.format("seed %d: SFT warm start ...", seed))
-  io.stdout:flush()
-  local path, sft = warm_start(seed)
-  if sft.examples == 0 then
-    print("  SFT: reused " .. path)
-  else
-    print(string.format("  SFT: %d examples x %d epochs, final loss %.3f, %.0f s", sft.examples, o.sft_epochs,
-      sft.loss, sft.seconds))
-  end
+  local path, sft = R.announced_start(seed, warm_start, o.sft_epochs)
   local rows, sft_row = {}, { arm = "SFT" }
   for i, arm in ipairs(ARMS) do
     rows[i] = run_arm(seed, path, arm)

@@ -214,15 +214,7 @@ end
 
 local function one_seed(seed)
   local t0 = rl.clock()
-  print(string.format("seed %d: SFT warm start ...", seed))
-  io.stdout:flush()
-  local sft_path, sft = warm_start(seed)
-  if sft.examples == 0 then
-    print("  SFT: reused " .. sft_path)
-  else
-    print(string.format("  SFT: %d examples x %d epochs, final loss %.3f, %.0f s", sft.examples, o.sft_epochs,
-      sft.loss, sft.seconds))
-  end
+  local sft_path, sft = R.announced_start(seed, warm_start, o.sft_epochs)
   local rows, sft_row, rl_data = {}, { arm = "SFT" }, o.grid > 0 and {} or nil
   for i, method in ipairs(METHODS) do
     local row = run_arm(seed, sft_path, method, i == 1 and rl_data or nil)

@@ -117,6 +117,30 @@ function M.warm_start(o)
   return r
 end
 
+-- announced_start(seed, start, epochs) -> path, sft: the warm start of one seed with its lines on
+-- stdout: "seed <s>: SFT warm start ...", then start(seed) -> path, {examples =, loss =,
+-- seconds =} (examples 0: a file reused), then "  SFT: reused <path>" or "  SFT: <examples>
+-- examples x <epochs> epochs, final loss <loss>, <seconds> s".
+function M.announced_start(seed, start, epochs)
+  if math.type(seed) ~= "integer" then error("rl.recipe.announced_start: seed: an integer expected", 2) end
+  if type(start) ~= "function" then error("rl.recipe.announced_start: start: a function(seed) -> path, sft expected", 2) end
+  if math.type(epochs) ~= "integer" then error("rl.recipe.announced_start: epochs: an integer expected", 2) end
+  print(string.format("seed %d: SFT warm start ...", seed))
+  io.stdout:flush()
+  local path, sft = start(seed)
+  if type(path) ~= "string" or type(sft) ~= "table" then
+    error("rl.recipe.announced_start: start must return a path and {examples =, loss =, seconds =}", 2)
+  end
+  if sft.examples == 0 then
+    print("  SFT: reused " .. path)
+  else
+    print(string.format("  SFT: %d examples x %d epochs, final loss %.3f, %.0f s", sft.examples, epochs,
+      sft.loss, sft.seconds))
+  end
+  io.stdout:flush()
+  return path, sft
+end
+
 -- report(first, n, run, print_table) -> runs: over_seeds(first, n, run), run(seed) returning one
 -- seed's rows; with n > 1 each seed's table is printed as it ends (print_table({rows},
 -- "seed <s>")); then the table over all of them, print_table(runs, title), title "seed <first>"

@@ -154,3 +154,41 @@ describe("rl.recipe.spread_table", function()
     H.assert_error(function() R.spread_table { runs = runs, rows = {} } end, { "rl.recipe.spread_table:" })
   end)
 end)
+
+describe("rl.recipe.announced_start", function()
+  local function capture(fn)
+    local lines, saved = {}, _G.print
+    _G.print = function(...) lines[#lines + 1] = table.concat({ ... }, "\t") end
+    local ok, a, b = pcall(fn)
+    _G.print = saved
+    assert(ok, a)
+    return lines, a, b
+  end
+
+  it("prints the start, runs it for the seed, and prints what it trained or reused", function()
+    local seen
+    local lines, path, sft = capture(function()
+      return R.announced_start(7, function(seed)
+        seen = seed
+        return "/x/start.bin", { examples = 120, loss = 0.12345, seconds = 41.6 }
+      end, 3)
+    end)
+    assert.are.equal(7, seen)
+    assert.are.equal("/x/start.bin", path)
+    assert.are.equal(120, sft.examples)
+    assert.are.same({ "seed 7: SFT warm start ...", "  SFT: 120 examples x 3 epochs, final loss 0.123, 42 s" }, lines)
+    lines = capture(function()
+      return R.announced_start(2, function() return "/x/old.bin", { examples = 0 } end, 3)
+    end)
+    assert.are.same({ "seed 2: SFT warm start ...", "  SFT: reused /x/old.bin" }, lines)
+  end)
+
+  it("names a bad argument and a start that returns the wrong things", function()
+    H.assert_error(function() R.announced_start(1.5, function() end, 1) end, "seed: an integer")
+    H.assert_error(function() R.announced_start(1, "start", 1) end, "start: a function")
+    H.assert_error(function() R.announced_start(1, function() end, nil) end, "epochs: an integer")
+    capture(function()
+      H.assert_error(function() R.announced_start(1, function() return nil end, 1) end, "must return a path")
+    end)
+  end)
+end)
