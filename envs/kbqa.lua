@@ -314,10 +314,11 @@ function M.variant(opts)
   return V
 end
 
--- success_by_hops(ctx, tasks, chunk) -> {all =, h1 =, ..., h<max_hops> =}: the greedy success of
--- a trainer context's policy (ctx.stages.rollout) on tasks, chunk episodes at a time; all over
--- every task, hK over the hop-K tasks (0 where there are none).
-function M.success_by_hops(ctx, tasks, chunk)
+-- success_by_hops(ctx, tasks, chunk [, each]) -> {all =, h1 =, ..., h<max_hops> =}: the greedy
+-- success of a trainer context's policy (ctx.stages.rollout) on tasks, chunk episodes at a time;
+-- all over every task, hK over the hop-K tasks (0 where there are none); each(ep, task), when
+-- given, sees every episode (for a recipe's other measures from the same rollouts).
+function M.success_by_hops(ctx, tasks, chunk, each)
   local wins, count, all = {}, {}, 0
   for h = 1, M.max_hops do wins[h], count[h] = 0, 0 end
   for _, t in ipairs(tasks) do count[t.hops] = count[t.hops] + 1 end
@@ -330,6 +331,7 @@ function M.success_by_hops(ctx, tasks, chunk)
         local h = part[i].hops
         wins[h], all = wins[h] + 1, all + 1
       end
+      if each then each(ep, part[i]) end
     end
   end
   local out = { all = all / #tasks }
