@@ -40,8 +40,12 @@
 --   decompose  training tasks start in a random room with 1 or 2 rooms to go (subgoal
 --              decomposition; task.start, the budget counts the rooms to go); "test" tasks
 --              start in room 1.
--- (The section's third variant, constant_context, needs a rollout that replaces the history by
--- a state block each turn; the rollout engine appends every observation, so it is not here.)
+--   constant_context  every observation starts with a state block a deterministic tracker
+--              keeps (rl.envkit.state_block): "[r=3/6 d=y k=g tried=r,b] locked" (the room,
+--              its door, the keys on its floor, the keys tried at this door), so a policy that sees only the current
+--              observation (rl.train.window with turns = 0) still knows where it is; and each
+--              door that opens before the last pays the tracker's subgoal reward, 0.1
+--              [chosen: the paper's aligned subgoal reward has no published scale].
 local rl = require "moonrl"
 local argcheck = require "moonrl.argcheck"
 
@@ -264,15 +268,60 @@ function M.oracle(task, rng)
   end)
 end
 
--- variant{macro = false, decompose = false} -> the module with those horizon reductions (see the
+-- variant{macro = false, decompose = false, constant_context = false} -> the module with those horizon reductions (see the
 -- top of the file); its name says which ("keychain-macro", "keychain-decompose", ...).
+local BLOCK = rl.envkit.state_block { fields = { "r", "d", "k", { name = "tried", kind = "set", keep = 3 } },
+  max_bytes = 32, sep = " ", prefix = "[", suffix = "] " }
+M.state_block = BLOCK
+
+-- The constant-context instance: the plain one, its observations behind the tracker's block.
+local Tracked = setmetatable({}, { __index = Episode })
+Tracked.__index = Tracked
+
+function Tracked:track()
+  self.tracker:set("r", self.room .. "/" .. self.task.rooms)
+  self.tracker:set("d", self.task.doors[self.room])
+  self.tracker:set("k", table.concat(self.floor))
+end
+
+function Tracked:reset(task)
+  local obs = Episode.reset(self, task)
+  self.tracker = BLOCK:tracker()
+  self:track()
+  return self.tracker:wrap(obs)
+end
+
+function Tracked:step(action, parsed)
+  local room = self.room
+  local obs, reward, done, info = Episode.step(self, action, parsed)
+  if self.room ~= room then -- a door opened: a new room, nothing tried there yet
+    self.tracker = BLOCK:tracker()
+    reward = reward + 0.1
+    info.subgoal = true
+  elseif obs == "locked" then
+    self.tracker:add("tried", self.held)
+  end
+  self:track()
+  if obs then obs = self.tracker:wrap(obs) end
+  return obs, reward, done, info
+end
+
+function Tracked:clone()
+  local c = setmetatable(Episode.clone(self), Tracked)
+  c.tracker = self.tracker:clone()
+  return c
+end
+
 function M.variant(opts)
   local o = argcheck.fields("keychain.variant", opts or {}, {
     { "macro", false, argcheck.boolean }, { "decompose", false, argcheck.boolean },
+    { "constant_context", false, argcheck.boolean },
   }, 2)
   local V = {}
   for k, v in pairs(M) do V[k] = v end
   V.name = "keychain" .. (o.macro and "-macro" or "") .. (o.decompose and "-decompose" or "")
+    .. (o.constant_context and "-cc" or "")
+  if o.constant_context then V.new = function() return setmetatable({}, Tracked) end end
   V.max_turns = M.budget(6, o.macro)
   function V.gen(params, rng)
     local p = {}

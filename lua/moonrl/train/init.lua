@@ -133,12 +133,13 @@ local replay = require "moonrl.train.replay"
 local diagnostics = require "moonrl.train.diagnostics"
 local teacher = require "moonrl.train.teacher"
 local paired = require "moonrl.train.paired"
+local window = require "moonrl.train.window"
 
 local M = {
   options = options, seed = seedlib, tasks = tasks, rollout = rollout, reward = reward,
   advantage = advantage, critic = critic, update = update, eval = eval, log = log,
   checkpoint = checkpoint, warmstart = warmstart, correction = correction, replay = replay,
-  teacher = teacher, paired = paired, diagnostics = diagnostics, mix = seedlib.mix, oracle_examples = warmstart.oracle_examples,
+  teacher = teacher, paired = paired, window = window, diagnostics = diagnostics, mix = seedlib.mix, oracle_examples = warmstart.oracle_examples,
   evaluate = eval.run,
 }
 
