@@ -255,6 +255,55 @@ describe("envs/keychain.lua variants", function()
     for _, t in ipairs(dk.tasks("test", 40, 2)) do assert.are.equal(1, t.start) end
   end)
 
+  it("constant_context: a state block of room, door, floor and tried keys before every observation; 0.1 a door", function()
+    local cc = kc.variant { constant_context = true }
+    assert.are.equal("keychain-cc", cc.name)
+    for _, t in ipairs(cc.tasks("train", 30, 4)) do
+      -- the partly-knowing oracle tries wrong keys: the block must list them until the door opens
+      local inst, record = cc.new(), {}
+      local obs = inst:reset(t, rl.rng(1))
+      local tried, ret, opened = {}, 0, 0
+      for _, a in ipairs(kc.oracle(t, rl.rng(rl.train.mix(4, t.rooms)))) do
+        local held = inst.held
+        local next_obs, r, done = rl.env.step(cc, inst, a, record)
+        ret = ret + r
+        if done then break end
+        local room = inst.room
+        if record[#record].info.subgoal then
+          opened, tried = opened + 1, {}
+          assert.are.equal(0.1, r)
+        elseif next_obs:find("] locked$") then
+          tried[#tried + 1] = held
+        end
+        local floor = table.concat(inst.floor)
+        local want = string.format("[r=%d/%d d=%s%s%s] ", room, t.rooms, t.doors[room],
+          floor ~= "" and " k=" .. floor or "", #tried > 0 and " tried=" .. table.concat(tried, ",") or "")
+        assert.are.equal(want, next_obs:sub(1, #want), next_obs)
+        obs = next_obs
+      end
+      assert.is_string(obs)
+      local last = record[#record]
+      if last.info.success then
+        assert.are.equal(t.rooms - 1, opened)
+        assert.is_true(math.abs(ret - (1 + 0.1 * (t.rooms - 1))) < 1e-9)
+      end
+      -- the plain observation follows the block: the same text as the plain environment's
+      local _, _, first = play(kc, t, {})
+      assert.are.equal(first, select(3, play(cc, t, {})):gsub("^%[[^%]]*%] ", ""), nil)
+    end
+    -- a clone keeps its own tracker
+    local t = cc.tasks("train", 1, 9)[1]
+    local inst = cc.new()
+    inst:reset(t, rl.rng(1))
+    local wrong = wrong_key(t, 1)
+    rl.env.step(cc, inst, "take " .. wrong, {})
+    local twin = inst:clone()
+    local o1 = select(1, rl.env.step(cc, inst, "open", {}))
+    assert.truthy(o1:find("tried=" .. wrong, 1, true))
+    local o2 = select(1, rl.env.step(cc, twin, "look", {}))
+    assert.falsy(o2:find("tried=", 1, true))
+  end)
+
   it("refuses an unknown variant option", function()
     local ok, err = pcall(kc.variant, { macros = true })
     assert.is_false(ok)
