@@ -21,8 +21,12 @@
 -- turn (its 2-7x).
 --
 --   moonrl run recipes/constant_context.lua [--seed 1] [--seeds 1] [--steps 40] [--tasks 8]
---     [--group 8] [--demos 300] [--epochs 3] [--eval-tasks 48] [--lr 1e-3]
---     [--arms full,cc,window2] [--dir runs]
+--     [--group 8] [--demos 3000] [--epochs 2] [--eval-tasks 48] [--lr 1e-3]
+--     [--arms full,cc,window2] [--reuse-sft] [--dir runs]
+--
+-- Each arm's table has two rows: after its SFT warm start (RL step 0) and after RL; the seconds
+-- are the SFT's and the RL's (with evaluation). --reuse-sft loads <dir>/cc-sft-<arm>-s<seed>.bin
+-- when a run with the same options wrote it.
 --
 -- Files go to <dir>/cc-<arm>-s<seed>/.
 local rl = require "moonrl"
@@ -32,8 +36,8 @@ package.path = root .. "/?.lua;" .. package.path
 local keychain = require "envs.keychain"
 local R = rl.recipe
 
-local o, why = R.args(arg, { seed = 1, seeds = 1, steps = 40, tasks = 8, group = 8, demos = 300, epochs = 3,
-  eval_tasks = 48, lr = 1e-3, arms = "full,cc,window2", dir = root .. "/runs" })
+local o, why = R.args(arg, { seed = 1, seeds = 1, steps = 30, tasks = 8, group = 8, demos = 3000, epochs = 2,
+  eval_tasks = 48, lr = 1e-3, arms = "full,cc,window2", reuse_sft = false, dir = root .. "/runs" })
 if not o then error("constant_context.lua: " .. why, 0) end
 for _, k in ipairs { "steps", "tasks", "group", "demos", "epochs", "eval_tasks" } do
   if o[k] < 1 then error("constant_context.lua: --" .. k:gsub("_", "-") .. ": a positive integer expected", 0) end
@@ -91,7 +95,6 @@ end
 -- The evaluation: greedy success per K and prompt tokens per turn at K = 6.
 local function evaluate(arm, a)
   return function(ctx, step)
-    if step == 0 then return {} end
     local out = {}
     for _, k in ipairs(EVAL_K) do
       if not (arm == "full" and k == 12) then
@@ -114,17 +117,26 @@ local function one_arm(seed, arm)
   local a = ARMS[arm]
   local t0 = rl.clock()
   local m, tok = new_model(seed, a.ctx)
-  local data
-  local seed_sft = rl.train.mix(seed, 0xF7)
-  if a.turns then
-    data = rl.train.window.examples { env = a.env, tokenizer = tok, n = o.demos, seed = seed_sft,
-      turns = a.turns, max_turns = max_turns() }
+  local path = string.format("%s/cc-sft-%s-s%d.bin", o.dir, arm, seed)
+  local examples, loss = 0, nil
+  local f = o.reuse_sft and io.open(path, "rb")
+  if f then -- --reuse-sft: the file a run with the same options wrote
+    f:close()
+    assert(m:load_checkpoint(path))
   else
-    data = rl.train.oracle_examples({ cfg = { env = a.env, max_turns = max_turns() }, tokenizer = tok },
-      o.demos, seed_sft)
+    local data
+    local seed_sft = rl.train.mix(seed, 0xF7)
+    if a.turns then
+      data = rl.train.window.examples { env = a.env, tokenizer = tok, n = o.demos, seed = seed_sft,
+        turns = a.turns, max_turns = max_turns() }
+    else
+      data = rl.train.oracle_examples({ cfg = { env = a.env, max_turns = max_turns() }, tokenizer = tok },
+        o.demos, seed_sft)
+    end
+    local sft = R.warm_start { model = m, data = data, epochs = o.epochs, path = path,
+      seed = rl.train.mix(seed, 0x5F7) }
+    examples, loss = #data, sft.final_loss
   end
-  local sft = R.warm_start { model = m, data = data, epochs = o.epochs,
-    path = string.format("%s/cc-sft-%s-s%d.bin", o.dir, arm, seed), seed = rl.train.mix(seed, 0x5F7) }
   local t_sft = rl.clock() - t0
   local opts = {
     model = m, tokenizer = tok, env = a.env, name = string.format("cc-%s-s%d", arm, seed), dir = o.dir,
@@ -141,34 +153,42 @@ local function one_arm(seed, arm)
   end
   local t_rl = rl.clock()
   local result = rl.train(opts)
-  local row = { arm = arm, sft_examples = #data, sft_loss = sft.final_loss, sft_s = t_sft,
-    rl_s = rl.clock() - t_rl, prompt_tokens = result.after["eval/prompt_tokens"] }
-  local cells = {}
-  for _, k in ipairs(EVAL_K) do
-    row["k" .. k] = result.after["eval/k" .. k]
-    cells[#cells + 1] = string.format("K=%d %s", k, row["k" .. k] and string.format("%.1f%%", 100 * row["k" .. k]) or "-")
+  local rows = {}
+  for _, stage in ipairs { "SFT", "RL" } do
+    local ev = stage == "SFT" and result.before or result.after
+    local row = { arm = arm .. " " .. stage, prompt_tokens = ev["eval/prompt_tokens"],
+      seconds = stage == "SFT" and t_sft or rl.clock() - t_rl }
+    local cells = {}
+    for _, k in ipairs(EVAL_K) do
+      row["k" .. k] = ev["eval/k" .. k]
+      cells[#cells + 1] = string.format("K=%d %s", k, row["k" .. k] and string.format("%.1f%%", 100 * row["k" .. k]) or "-")
+    end
+    rows[#rows + 1] = row
+    print(string.format("  %-11s %s, %.1f prompt tokens/turn; %s", row.arm, table.concat(cells, ", "),
+      row.prompt_tokens or 0, stage == "SFT" and (examples > 0 and string.format("%d examples x %d epochs, loss %.3f, %.0f s",
+        examples, o.epochs, loss, t_sft) or "reused " .. path) or string.format("%d steps, %.0f s", o.steps, row.seconds)))
   end
-  print(string.format("  %-8s SFT %d examples (loss %.3f) %.0f s, RL %d steps %.0f s: %s, %.1f prompt tokens/turn",
-    arm, #data, sft.final_loss, t_sft, o.steps, row.rl_s, table.concat(cells, ", "), row.prompt_tokens or 0))
   io.stdout:flush()
-  return row
+  return rows
 end
 
 local function one_seed(seed)
   print(string.format("seed %d: arms %s", seed, table.concat(arms, ",")))
   local rows = {}
-  for _, arm in ipairs(arms) do rows[#rows + 1] = one_arm(seed, arm) end
+  for _, arm in ipairs(arms) do
+    for _, row in ipairs(one_arm(seed, arm)) do rows[#rows + 1] = row end
+  end
   return rows
 end
 
 local function print_table(runs, title)
   print(string.format("\nconstant context on keychain, %s: %d demonstrations, %d RL steps of %d tasks x %d; greedy success on %d held-out layouts per K",
     title, o.demos, o.steps, o.tasks, o.group, o.eval_tasks))
-  print(string.format("%-8s %12s %12s %12s %12s %14s %8s", "arm", "K=2 %", "K=4 %", "K=6 %", "K=12 %",
-    "prompt tok/turn", "RL s"))
+  print(string.format("%-11s %12s %12s %12s %12s %15s %8s", "arm", "K=2 %", "K=4 %", "K=6 %", "K=12 %",
+    "prompt tok/turn", "s"))
   for _, row in ipairs(R.summarise(runs, "arm")) do
-    print(string.format("%-8s %12s %12s %12s %12s %14s %8s", row.arm, R.pm(row.k2), R.pm(row.k4), R.pm(row.k6),
-      R.pm(row.k12), R.pm(row.prompt_tokens, 1), R.pm(row.rl_s, 1, "%.0f")))
+    print(string.format("%-11s %12s %12s %12s %12s %15s %8s", row.arm, R.pm(row.k2), R.pm(row.k4), R.pm(row.k6),
+      R.pm(row.k12), R.pm(row.prompt_tokens, 1), R.pm(row.seconds, 1, "%.0f")))
   end
 end
 

@@ -22,6 +22,7 @@ local function row(tbl, arm)
   local cells = {}
   local line = tbl:match("\n" .. arm .. " [^\n]*")
   for c in line:gmatch("%S+") do cells[#cells + 1] = c end
+  table.remove(cells, 1) -- "full RL" is two words: the arm and the stage
   return cells
 end
 
@@ -29,12 +30,13 @@ describe("recipes/constant_context.lua", function()
   local dir = H.tmpdir()
   local out, code = run(dir)
 
-  it("prints the three arms; the full history has no K = 12 and the longest prompts", function()
+  it("prints the three arms after SFT and after RL; the full history has no K = 12 and the longest prompts", function()
     assert.are.equal(0, code, out)
     local tbl = table_of(out)
     assert.is_truthy(tbl, out)
-    assert.matches("arm%s+K=2 %%%s+K=4 %%%s+K=6 %%%s+K=12 %%%s+prompt tok/turn%s+RL s\n", tbl)
-    local full, cc, w2 = row(tbl, "full"), row(tbl, "cc"), row(tbl, "window2")
+    assert.matches("arm%s+K=2 %%%s+K=4 %%%s+K=6 %%%s+K=12 %%%s+prompt tok/turn%s+s\n", tbl)
+    for _, arm in ipairs { "full", "cc", "window2" } do assert.is_truthy(row(tbl, arm .. " SFT")[2], arm) end
+    local full, cc, w2 = row(tbl, "full RL"), row(tbl, "cc RL"), row(tbl, "window2 RL")
     assert.are.equal("-", full[5])
     for _, r in ipairs { full, cc, w2 } do
       for k = 2, 4 do
