@@ -6,9 +6,10 @@
 -- repeat is replayed from the cassette.
 --
 -- One SFT warm start on the imperfect demonstrator (half the time it searches for the type, else
--- it browses the departments in order; 83% success) on sites 1-4 is shared by both arms, which
--- then run GRPO with the same seed, the same number of steps, tasks and episodes:
---   sites4    training tasks on sites 1..4 (the SFT sites);
+-- it browses the departments in order; 83% success) on sites 1..--sft-sites (4) is shared by
+-- both arms, which then run GRPO with the same seed, the same number of steps, tasks and
+-- episodes:
+--   sites4    training tasks on sites 1..4;
 --   sites64   training tasks on sites 1..64.
 -- Expected per the paper: higher success on held-out sites (seeds 1001..1016, which no arm
 -- trains on) and fewer steps. Measured greedily: held-out success and steps (turns per episode)
@@ -19,11 +20,11 @@
 -- replay mode (no request may reach the web; the outcomes must be the same).
 --
 --   moonrl run recipes/weblica.lua [--seed 1] [--seeds 3] [--arms sites4,sites64] [--steps 60]
---     [--tasks 8] [--group 8] [--lr 3e-4] [--sft-examples 2000] [--sft-epochs 3]
+--     [--tasks 8] [--group 8] [--lr 3e-4] [--sft-examples 2000] [--sft-epochs 3] [--sft-sites 4]
 --     [--eval-tasks 64] [--reuse-sft] [--dir runs] [--smoke]
 --
 -- Files go to <dir>/weblica-<arm>-s<seed>/ (with the arm's cassette, cassette.jsonl) and the warm
--- start to <dir>/weblica-sft-s<seed>.bin.
+-- start to <dir>/weblica-sft-s<seed>.bin (weblica-sft<n>-s<seed>.bin with --sft-sites n other than 4).
 local rl = require "moonrl"
 
 local root = os.getenv("MOONRL_ROOT") or "."
@@ -32,7 +33,7 @@ local W = require "envs.webshop"
 local R = rl.recipe
 
 local o, why = R.args(arg, { seed = 1, seeds = 1, arms = "sites4,sites64", steps = 60, tasks = 8, group = 8,
-  lr = 3e-4, sft_examples = 2000, sft_epochs = 3, eval_tasks = 64, reuse_sft = false, dir = root .. "/runs",
+  lr = 3e-4, sft_examples = 2000, sft_epochs = 3, sft_sites = 4, eval_tasks = 64, reuse_sft = false, dir = root .. "/runs",
   smoke = false })
 if not o then error("weblica.lua: " .. why, 0) end
 if o.smoke then
@@ -45,6 +46,9 @@ for name in o.arms:gmatch("[^,]+") do
   ARMS[#ARMS + 1] = name
 end
 if #ARMS == 0 then error("weblica.lua: --arms: at least one arm expected", 0) end
+if o.sft_sites < 1 or o.sft_sites > 1000 or math.type(o.sft_sites) ~= "integer" then
+  error("weblica.lua: --sft-sites: an integer in 1..1000 expected (the held-out sites are 1001..1016)", 0)
+end
 
 local function range(n)
   local out = {}
@@ -115,14 +119,14 @@ end
 
 local function warm_start(seed)
   local t0 = rl.clock()
-  local path = string.format("%s/weblica-sft-s%d.bin", o.dir, seed)
+  local path = string.format("%s/weblica-sft%s-s%d.bin", o.dir, o.sft_sites == 4 and "" or o.sft_sites, seed)
   local f = o.reuse_sft and io.open(path, "rb")
   if f then
     f:close()
     return path, { seconds = 0, loss = 0 / 0, examples = 0 }
   end
   switch.to = W.web()
-  local env = W.variant { http = switch, sites = range(4) }
+  local env = W.variant { http = switch, sites = range(o.sft_sites) }
   local ctx = { cfg = { env = env, max_turns = W.max_turns }, tokenizer = tok }
   local data = rl.train.oracle_examples(ctx, o.sft_examples, rl.train.mix(seed, 0x3EB))
   local r = R.warm_start { model = new_model(seed), data = data, epochs = o.sft_epochs, path = path,
@@ -220,8 +224,9 @@ end
 
 local function print_table(list, title)
   local w = #list > 1 and 13 or 8
-  print(string.format("\nweblica, %s; %d steps of %d tasks x %d episodes; greedy, %d tasks on held-out sites 1001-1016 "
-    .. "and %d new tasks on sites 1-4", title, o.steps, o.tasks, o.group, o.eval_tasks, o.eval_tasks))
+  local sft = o.sft_sites == 4 and "" or string.format("SFT on sites 1-%d; ", o.sft_sites)
+  print(string.format("\nweblica, %s; %s%d steps of %d tasks x %d episodes; greedy, %d tasks on held-out sites 1001-1016 "
+    .. "and %d new tasks on sites 1-4", title, sft, o.steps, o.tasks, o.group, o.eval_tasks, o.eval_tasks))
   local head = { string.format("%-13s", "arm") }
   for _, h in ipairs { "held%", "steps", "sites1-4%", "steps", "live", "replayed", "s/step" } do
     head[#head + 1] = string.format("%" .. w .. "s", h)
@@ -243,5 +248,5 @@ end
 local t_all = rl.clock()
 R.report(o.seed, o.seeds, one_seed, print_table)
 print(string.format("(held%%/steps: greedy success and turns per episode on held-out sites; sites1-4%%: the same on "
-  .. "new tasks of the SFT sites; live/replayed: the arm's training requests that reached the synthetic web / "
+  .. "new tasks of sites 1-4, which the SFT and both arms train on; live/replayed: the arm's training requests that reached the synthetic web / "
   .. "came from its cassette; s/step: seconds per RL step, eval excluded; %.0f s in all)", rl.clock() - t_all))
