@@ -182,8 +182,9 @@ end
 
 -- Fetches a page (method, path, body) of the episode's site; the page's links on success.
 function Episode:fetch(method, path, body)
-  local status, _, text = self.http:request { method = method, url = M.url(self.task.site, path), body = body }
-  if not status then error("webshop: " .. tostring(_), 0) end
+  local status, headers_or_why, text = self.http:request { method = method, url = M.url(self.task.site, path),
+    body = body }
+  if not status then error("webshop: " .. tostring(headers_or_why), 0) end -- a transport failure or a cassette miss
   return status, text
 end
 

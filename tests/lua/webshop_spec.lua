@@ -269,7 +269,7 @@ describe("envs/webshop on a cassette", function()
     assert.are.equal(0, rep:stats().misses)
     -- a request the cassette never saw is a miss, and the episode ends with the cassette's message
     local _, ep = play(task, {}, rep)
-    assert.has_error(function() ep:step("go " .. s.depts[3]) end)
+    H.assert_error(function() ep:step("go " .. s.depts[3]) end, "webshop: cassette miss: GET " .. W.url(seed, "/d/" .. s.depts[3]))
     assert.are.equal(live, web.requests)
     os.remove(path)
   end)
