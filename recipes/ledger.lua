@@ -45,7 +45,8 @@ local ledger = require "envs.ledger"
 local R = rl.recipe
 
 local o, why = R.args(arg, { seed = 1, seeds = 1, arms = "outcome,stratified,guideline", steps = 40, tasks = 8,
-  group = 4, qa_k = 2, lr = 2e-4, guideline_weight = 0.5, sft_examples = 3000, sft_epochs = 3, eval_tasks = 64, reuse_sft = false, dir = root .. "/runs", smoke = false })
+  group = 4, qa_k = 2, lr = 2e-4, guideline_weight = 0.5, sft_examples = 3000, sft_epochs = 3, eval_tasks = 64,
+  reuse_sft = false, dir = root .. "/runs", smoke = false })
 if not o then error("ledger.lua: " .. why, 0) end
 if o.smoke then
   o.steps, o.tasks, o.group, o.qa_k, o.sft_examples, o.sft_epochs, o.eval_tasks = 2, 2, 2, 2, 60, 1, 6
@@ -176,7 +177,8 @@ end
 local ADVANTAGE = { outcome = advantage("outcome"), stratified = advantage("stratified"),
   guideline = advantage("guideline") }
 
--- Greedy held-out figures on the streams of each length: qa<len>, ops<len>, bank<len>.
+-- Greedy held-out figures on the streams of each length: qa<len>, ops<len>, bank<len>, rule<len>
+-- (the ops whose guideline score is 1).
 local function evaluate(ctx)
   local out = {}
   for _, len in ipairs(LENS) do
