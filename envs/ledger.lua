@@ -8,8 +8,9 @@
 --           "set ann 8", "del bob" or "none". The episode ends after the last update. A turn's
 --           reward is the format term: 0 for a well-formed op, -0.1 otherwise (the op is then
 --           ignored). Each step's info carries bank (the bank after the op, as text), truth (the
---           true ledger's text), touched (the update's account) and op_ok (whether the op left
---           that account's entry equal to the truth).
+--           true ledger's text), touched (the update's account), op_ok (whether the op left
+--           that account's entry equal to the truth) and guideline (the op's score against the
+--           fixed memory guideline M.guideline, M.guideline_score: 1, 0 or -1; MemCoE).
 --   qa      observation "ann=8 bob=3|ann?" (a bank and a question; the updates are not shown),
 --           action the value ("8") or "none" for an account not in the bank; reward 1 when it is
 --           the true ledger's value (or "none" for a closed or unseen account), else 0; one turn.
@@ -183,6 +184,27 @@ function M.tasks(split, n, seed, opts)
   return out
 end
 
+-- ---------------------------------------------------------------- the memory guideline (MemCoE)
+
+-- MemCoE's second stage scores each memory op against a global guideline; its first stage (the
+-- guideline induced by an LLM from contrastive feedback) has no miniature, so the guideline here
+-- is fixed.
+M.guideline = "after each update set the account to its running total (the sum of its changes so far in the "
+  .. "stream); delete an account when it is closed; never delete an account that is still open (a later "
+  .. "question may need it)"
+
+-- guideline_score(op, update, truth) -> 1, 0 or -1: the op (M.parse_op's, nil when malformed)
+-- written for update ({name =, delta =} or {name =, close = true}), truth the true ledger after
+-- the update (a bank, M.truth's). -1: it deletes an account still open in truth; 1: it sets the
+-- updated account to its running total, or deletes the closed account; 0 otherwise (a malformed
+-- op's penalty is the format term's).
+function M.guideline_score(op, update, truth)
+  if not op then return 0 end
+  if op.op == "del" and truth.value[op.name] ~= nil then return -1 end
+  if update.close then return (op.op == "del" and op.name == update.name) and 1 or 0 end
+  return (op.op == "set" and op.name == update.name and op.value == truth.value[update.name]) and 1 or 0
+end
+
 -- ---------------------------------------------------------------- episodes
 
 local Episode = {}
@@ -218,8 +240,9 @@ function Episode:step(action)
   end
   local u = task.updates[self.t]
   local truth = M.truth(task, self.t)
+  local guideline = M.guideline_score(op, u, truth)
   local info = { bank = M.bank_text(self.bank), truth = M.bank_text(truth), touched = u.name, state = self.t,
-    op_ok = self.bank.value[u.name] == truth.value[u.name] }
+    op_ok = self.bank.value[u.name] == truth.value[u.name], guideline = guideline }
   local done = self.t >= #task.updates
   if done then info.success = info.bank == info.truth end
   return (not done) and task.updates[self.t + 1].text or nil, reward, done, info
@@ -302,7 +325,12 @@ function M.outcomes(memory, qa)
   return out
 end
 
--- credit(kind, memory, qa) -> turn_adv, qa_adv: the advantages of the memory episodes' turns
+-- A turn record's guideline score (info.guideline; 0 for a turn without one).
+function M.op_score(rec)
+  return type(rec.info) == "table" and rec.info.guideline or 0
+end
+
+-- credit(kind, memory, qa [, weight]) -> turn_adv, qa_adv: the advantages of the memory episodes' turns
 -- (turn_adv[i][t], t 1-based) and of the QA episodes (qa_adv[j]). memory: {{group =, record =
 -- {{reward =}, ...}}, ...}; qa: {{group =, reward =, task = {mem =, state =, final =}}, ...}.
 --   "outcome"     GRPO with one normalisation: M.outcomes normalised over each memory group;
@@ -310,11 +338,17 @@ end
 --   "stratified"  turn t of episode i: the mean reward of the QA episodes from its state t plus
 --                 the turn's format term, normalised over the group's episodes with a state t;
 --                 QA episodes normalised within their own group (one question, one bank).
-function M.credit(kind, memory, qa)
+--   "guideline"   MemCoE's guideline-aligned process rewards added to the outcome: "outcome"'s
+--                 values, and turn t of episode i also gets weight x (its guideline score
+--                 M.op_score less the mean score of the group's turns t); QA as "outcome".
+function M.credit(kind, memory, qa, weight)
   local turn_adv, qa_adv = {}, {}
   for i = 1, #memory do turn_adv[i] = {} end
   local groups = by_key(memory, function(ep) return ep.group end)
-  if kind == "outcome" then
+  if kind == "guideline" and not (type(weight) == "number" and weight >= 0 and weight < math.huge) then
+    error("ledger.credit: weight: a number >= 0 expected for \"guideline\", got " .. tostring(weight), 2)
+  end
+  if kind == "outcome" or kind == "guideline" then
     local out, per = M.outcomes(memory, qa), {}
     for _, members in ipairs(groups) do
       local values = {}
@@ -325,9 +359,25 @@ function M.credit(kind, memory, qa)
       for t = 1, #ep.record do turn_adv[i][t] = per[i] end
     end
     for j, q in ipairs(qa) do qa_adv[j] = per[q.task.mem] end
+    if kind == "guideline" then
+      -- op t's guideline score less the mean score of the group's ops t, times weight
+      for _, members in ipairs(groups) do
+        local sum, n = {}, {}
+        for _, i in ipairs(members) do
+          for t, rec in ipairs(memory[i].record) do
+            sum[t], n[t] = (sum[t] or 0) + M.op_score(rec), (n[t] or 0) + 1
+          end
+        end
+        for _, i in ipairs(members) do
+          for t, rec in ipairs(memory[i].record) do
+            turn_adv[i][t] = turn_adv[i][t] + weight * (M.op_score(rec) - sum[t] / n[t])
+          end
+        end
+      end
+    end
     return turn_adv, qa_adv
   end
-  if kind ~= "stratified" then error("ledger.credit: kind: \"outcome\" or \"stratified\" expected, got "
+  if kind ~= "stratified" then error("ledger.credit: kind: \"outcome\", \"stratified\" or \"guideline\" expected, got "
     .. tostring(kind), 2) end
   local from = {}
   for i = 1, #memory do from[i] = {} end

@@ -16,16 +16,22 @@
 --               episodes at the same op (the memory groups); each QA episode's reward is
 --               normalised over the qa_k samples of its own question from its own bank (the
 --               per-question QA groups).
+--   guideline   MemCoE's second stage: outcome's advantage, plus on each op a structured process
+--               reward from a fixed memory guideline (envs/ledger.lua M.guideline: set the
+--               updated account to its running total, delete a closed account, never delete an
+--               open one; each op scores 1, 0 or -1, M.guideline_score), centred over the group's
+--               ops at the same position and weighted --guideline-weight (0.5) [chosen].
 -- Every arm: PPO clip 0.2 / 0.28, lr 2e-4 (at 5e-4 both arms fell below the SFT start on every
 -- column in 40 steps), 40 steps of 8 streams x 4 episodes, qa_k = 2, temperature 1.
 -- One SFT warm start on the demonstrator (each op right with probability 0.85, else it forgets
 -- the update) is shared by the arms. Measured greedily on held-out streams of 4 and of 8
 -- updates: QA accuracy (one question per account, from the final bank), op accuracy (the op
--- left the updated account equal to the true ledger) and bank accuracy (the final bank equals the
--- true ledger).
+-- left the updated account equal to the true ledger), bank accuracy (the final bank equals the
+-- true ledger) and, on the 8-update streams, the ops that follow the guideline (score 1).
 --
---   moonrl run recipes/ledger.lua [--seed 1] [--seeds 3] [--arms outcome,stratified] [--steps 40]
---     [--tasks 8] [--group 4] [--qa-k 2] [--lr 2e-4] [--sft-examples 3000] [--sft-epochs 3]
+--   moonrl run recipes/ledger.lua [--seed 1] [--seeds 3] [--arms outcome,stratified,guideline]
+--     [--steps 40] [--tasks 8] [--group 4] [--qa-k 2] [--lr 2e-4] [--guideline-weight 0.5]
+--     [--sft-examples 3000] [--sft-epochs 3]
 --     [--eval-tasks 64] [--reuse-sft] [--dir runs] [--smoke]
 --
 -- --reuse-sft loads <dir>/ledger-sft-s<seed>.bin when it exists instead of training it again (the
@@ -38,16 +44,18 @@ package.path = root .. "/?.lua;" .. package.path
 local ledger = require "envs.ledger"
 local R = rl.recipe
 
-local o, why = R.args(arg, { seed = 1, seeds = 1, arms = "outcome,stratified", steps = 40, tasks = 8, group = 4,
-  qa_k = 2, lr = 2e-4, sft_examples = 3000, sft_epochs = 3, eval_tasks = 64, reuse_sft = false, dir = root .. "/runs", smoke = false })
+local o, why = R.args(arg, { seed = 1, seeds = 1, arms = "outcome,stratified,guideline", steps = 40, tasks = 8,
+  group = 4, qa_k = 2, lr = 2e-4, guideline_weight = 0.5, sft_examples = 3000, sft_epochs = 3, eval_tasks = 64,
+  reuse_sft = false, dir = root .. "/runs", smoke = false })
 if not o then error("ledger.lua: " .. why, 0) end
 if o.smoke then
   o.steps, o.tasks, o.group, o.qa_k, o.sft_examples, o.sft_epochs, o.eval_tasks = 2, 2, 2, 2, 60, 1, 6
 end
-local KNOWN = { outcome = true, stratified = true }
+if o.guideline_weight < 0 then error("ledger.lua: --guideline-weight: a number >= 0 expected", 0) end
+local KNOWN = { outcome = true, stratified = true, guideline = true }
 local ARMS = {}
 for name in o.arms:gmatch("[^,]+") do
-  if not KNOWN[name] then error("ledger.lua: --arms: unknown arm '" .. name .. "' (outcome, stratified)", 0) end
+  if not KNOWN[name] then error("ledger.lua: --arms: unknown arm '" .. name .. "' (outcome, stratified, guideline)", 0) end
   ARMS[#ARMS + 1] = name
 end
 
@@ -103,19 +111,22 @@ end
 -- a QA episode's its correctness.
 local function reward(_, batch)
   local memory, qa = split(batch)
-  local fmt, all = {}, {}
-  for i, ep in ipairs(memory) do fmt[i] = ep.reward end
+  local fmt, all, rule = {}, {}, {}
+  for i, ep in ipairs(memory) do
+    fmt[i] = ep.reward
+    for _, rec in ipairs(ep.record) do rule[#rule + 1] = ledger.op_score(rec) end
+  end
   for j, q in ipairs(qa) do all[j] = q.reward end
   local out = ledger.outcomes(memory, qa)
   for i, ep in ipairs(memory) do ep.reward = out[i] end
-  return { qa_final = mean(out) - mean(fmt), qa_all = mean(all), format = mean(fmt) }
+  return { qa_final = mean(out) - mean(fmt), qa_all = mean(all), format = mean(fmt), guideline = mean(rule) }
 end
 
 -- The advantage stage of an arm: ledger.credit's per-turn values on the sampled tokens.
 local function advantage(kind)
   return function(_, batch)
     local memory, qa = split(batch)
-    local turn_adv, qa_adv = ledger.credit(kind, memory, qa)
+    local turn_adv, qa_adv = ledger.credit(kind, memory, qa, o.guideline_weight)
     local adv, per = rl.tensor.zeros(batch.mask:numel()), {}
     for i = 1, batch:size() do
       local first, last = batch:range(i)
@@ -163,21 +174,24 @@ local function update(ctx, batch, adv, step)
   return out
 end
 
-local ADVANTAGE = { outcome = advantage("outcome"), stratified = advantage("stratified") }
+local ADVANTAGE = { outcome = advantage("outcome"), stratified = advantage("stratified"),
+  guideline = advantage("guideline") }
 
--- Greedy held-out figures on the streams of each length: qa<len>, ops<len>, bank<len>.
+-- Greedy held-out figures on the streams of each length: qa<len>, ops<len>, bank<len>, rule<len>
+-- (the ops whose guideline score is 1).
 local function evaluate(ctx)
   local out = {}
   for _, len in ipairs(LENS) do
     local tasks = HELD[len]
     local ectx = engine(ctx, "eval_engine", #tasks, CTX)
     local mem = rl.train.rollout.run(ectx, { tasks = tasks, repeats = 1, seed = 4242, temperature = 0, group_base = 0 })
-    local ok, ops, banks, qa = 0, 0, 0, {}
+    local ok, ops, banks, qa, rule = 0, 0, 0, {}, 0
     for i, ep in ipairs(mem.episodes) do
       local last
       for _, rec in ipairs(ep.record) do
         if type(rec.info) == "table" and rec.info.bank then
           ops, last = ops + (rec.info.op_ok and 1 or 0), rec.info
+          rule = rule + (rec.info.guideline == 1 and 1 or 0)
         end
       end
       if last and ep.turns == len and last.bank == last.truth then banks = banks + 1 end
@@ -190,6 +204,7 @@ local function evaluate(ctx)
     local b = rl.train.rollout.run(qctx, { tasks = qa, repeats = 1, seed = 4243, temperature = 0, group_base = 0 })
     for _, ep in ipairs(b.episodes) do ok = ok + (ep.success and 1 or 0) end
     out["qa" .. len], out["ops" .. len], out["bank" .. len] = ok / #qa, ops / (#tasks * len), banks / #tasks
+    out["rule" .. len] = rule / (#tasks * len)
   end
   return out
 end
@@ -198,7 +213,7 @@ end
 local function scripted(policy)
   local out = {}
   for _, len in ipairs(LENS) do
-    local ok, ops, banks, n = 0, 0, 0, 0
+    local ok, ops, banks, n, rule = 0, 0, 0, 0, 0
     for i, t in ipairs(HELD[len]) do
       local inst = ledger.new()
       inst:reset(t)
@@ -206,6 +221,7 @@ local function scripted(policy)
       for _, a in ipairs(policy(t, rl.rng(rl.train.mix(99, len, i)))) do
         _, _, _, info = inst:step(a)
         ops = ops + (info.op_ok and 1 or 0)
+        rule = rule + (info.guideline == 1 and 1 or 0)
       end
       if info.bank == info.truth then banks = banks + 1 end
       for _, name in ipairs(t.names) do
@@ -214,6 +230,7 @@ local function scripted(policy)
       end
     end
     out["qa" .. len], out["ops" .. len], out["bank" .. len] = ok / n, ops / (#HELD[len] * len), banks / #HELD[len]
+    out["rule" .. len] = rule / (#HELD[len] * len)
   end
   return out
 end
@@ -263,7 +280,7 @@ local function run_arm(seed, path, arm)
   }
   local row = { arm = arm, sps = secs / math.max(n, 1), before = result.before }
   for _, len in ipairs(LENS) do
-    for _, f in ipairs { "qa", "ops", "bank" } do row[f .. len] = result.after["eval/" .. f .. len] end
+    for _, f in ipairs { "qa", "ops", "bank", "rule" } do row[f .. len] = result.after["eval/" .. f .. len] end
   end
   print(string.format("  %-10s %d steps  %.2f s/step  %.0f s  held-out QA %.1f%% (4) %.1f%% (8)", arm, o.steps,
     row.sps, rl.clock() - t0, 100 * row.qa4, 100 * row.qa8))
@@ -271,7 +288,7 @@ local function run_arm(seed, path, arm)
   return row
 end
 
-local COLS = { "qa4", "qa8", "ops4", "ops8", "bank4", "bank8" }
+local COLS = { "qa4", "qa8", "ops4", "ops8", "bank4", "bank8", "rule8" }
 
 local function one_seed(seed)
   local t0 = rl.clock()
@@ -312,5 +329,6 @@ end
 local t_all = rl.clock()
 R.report(o.seed, o.seeds, one_seed, print_table)
 print(string.format("(qaN: held-out QA accuracy from the final bank on streams of N updates; opsN: ops that left the "
-  .. "updated account right; bankN: final banks equal to the true ledger; s/step: seconds per RL step, eval "
+  .. "updated account right; bankN: final banks equal to the true ledger; rule8: ops on 8-update streams that "
+  .. "follow the memory guideline; s/step: seconds per RL step, eval "
   .. "excluded; %.0f s in all)", rl.clock() - t_all))

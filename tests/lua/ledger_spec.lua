@@ -71,6 +71,34 @@ describe("envs/ledger", function()
     assert.are.same({ op = "none" }, ledger.parse_op(" none "))
   end)
 
+  it("scores each op against the memory guideline: running total, delete closed, never delete open", function()
+    local t = { kind = "memory", names = { "ann", "bob", "cal" }, max_turns = 5, updates = {
+      { name = "ann", delta = 5, text = "ann +5" }, { name = "bob", delta = 2, text = "bob +2" },
+      { name = "ann", delta = -1, text = "ann -1" }, { name = "bob", close = true, text = "bob x" },
+      { name = "ann", delta = 3, text = "ann +3" } } }
+    -- by hand: ann's totals 5, 4, 7; bob 2 then closed
+    local cases = {
+      { { "set ann 5", "set bob 2", "set ann 4", "del bob", "set ann 7" }, { 1, 1, 1, 1, 1 } },
+      { { "set ann 4", "set bob 3", "del ann", "none", "set ann 3" }, { 0, 0, -1, 0, 0 } },
+      { { "set bob 5", "del ann", "set ann 9", "del ann", "del cal" }, { 0, -1, 0, -1, 0 } },
+      { { "sett ann 5", "none", "set ann 4", "del bob", "set bob 7" }, { 0, 0, 1, 1, 0 } },
+    }
+    for k, c in ipairs(cases) do
+      local got = {}
+      for i, s in ipairs(play(t, c[1])) do got[i] = s.info.guideline end
+      assert.are.same(c[2], got, "case " .. k)
+    end
+    -- the same rule on its own: an open account deleted is -1 whatever the update
+    local truth = ledger.truth(t, 2)
+    assert.are.equal(-1, ledger.guideline_score(ledger.parse_op("del ann"), t.updates[2], truth))
+    assert.are.equal(0, ledger.guideline_score(nil, t.updates[2], truth))
+    assert.are.equal(1, ledger.guideline_score(ledger.parse_op("set bob 2"), t.updates[2], truth))
+    -- the perfect demonstrator follows it on every op
+    for _, task in ipairs(ledger.tasks("test", 20, 11, { len = 8 })) do
+      for _, s in ipairs(play(task, ledger.perfect(task))) do assert.are.equal(1, s.info.guideline) end
+    end
+  end)
+
   it("answers QA from the bank it shows, against the true ledger", function()
     local q = ledger.qa_task("ann=5 bob=2", "ann=4", "bob")
     assert.are.equal("none", q.answer)
@@ -182,13 +210,32 @@ describe("ledger credit", function()
     H.assert_close(qadv, { h, -h, 0, 0, 0, 0, -h, h })
   end)
 
-  it("refuses an unknown credit kind", function()
+  it("guideline: outcome's advantage plus weight x the op's guideline score less its group's mean", function()
+    local gmem = {
+      { group = 1, record = { { reward = 0, info = { guideline = 1 } }, { reward = -0.1, info = { guideline = 0 } } } },
+      { group = 1, record = { { reward = 0, info = { guideline = -1 } }, { reward = 0, info = { guideline = 1 } } } },
+    }
+    local w = 0.5
+    local out_turn, out_qa = ledger.credit("outcome", memory, qa)
+    local turn, qadv = ledger.credit("guideline", gmem, qa, w)
+    -- op 1: scores 1 and -1 (mean 0); op 2: 0 and 1 (mean 0.5)
+    H.assert_close(turn, { { out_turn[1][1] + w * 1, out_turn[1][2] + w * -0.5 },
+      { out_turn[2][1] + w * -1, out_turn[2][2] + w * 0.5 } })
+    H.assert_close(qadv, out_qa)
+    -- weight 0 is the outcome arm; records without a score count 0
+    H.assert_close(ledger.credit("guideline", gmem, qa, 0), out_turn)
+    H.assert_close(ledger.credit("guideline", memory, qa, 2), out_turn)
+  end)
+
+  it("refuses an unknown credit kind and a bad guideline weight", function()
     H.assert_error(function() ledger.credit("mean", memory, qa) end, "kind")
+    H.assert_error(function() ledger.credit("guideline", memory, qa) end, "weight")
+    H.assert_error(function() ledger.credit("guideline", memory, qa, -1) end, "weight")
   end)
 end)
 
 describe("recipes/ledger.lua", function()
-  it("runs a smoke run: both arms, the SFT and demonstrator rows, the same table twice", function()
+  it("runs a smoke run: the three arms, the SFT and demonstrator rows, the same table twice", function()
     local tables = {}
     for k = 1, 2 do
       local dir = os.tmpname()
@@ -199,19 +246,25 @@ describe("recipes/ledger.lua", function()
       assert.matches("measured: [%d.]+ s per RL step", out)
       local tbl = out:match("\n(arm +qa4%%.-)\n%(qaN")
       assert.is_string(tbl, out)
-      for _, row in ipairs { "SFT", "outcome", "stratified", "demonstrator" } do
+      assert.matches("rule8%%", tbl)
+      for _, row in ipairs { "SFT", "outcome", "stratified", "guideline", "demonstrator" } do
         local cells = tbl:match("\n" .. row .. " +([%d. ]+)")
         assert.is_string(cells, row)
         local n = 0
         for v in cells:gmatch("[%d.]+") do
           n = n + 1
-          if n <= 6 then assert.is_true(tonumber(v) >= 0 and tonumber(v) <= 100, row .. " " .. v) end
+          if n <= 7 then assert.is_true(tonumber(v) >= 0 and tonumber(v) <= 100, row .. " " .. v) end
         end
-        assert.is_true(n >= 6, row)
+        assert.is_true(n >= 7, row)
       end
       local lines = H.read_json_lines(dir .. "/ledger-stratified-s1/metrics.jsonl")
       assert.is_number(lines[#lines]["eval/qa8"])
       assert.is_number(lines[#lines]["reward/qa_all"])
+      -- the guideline arm's batches carry each op's score; its mean is logged
+      lines = H.read_json_lines(dir .. "/ledger-guideline-s1/metrics.jsonl")
+      local g = lines[#lines]["reward/guideline"]
+      assert.is_true(type(g) == "number" and g >= -1 and g <= 1)
+      assert.is_number(lines[#lines]["eval/rule8"])
       -- the timing column differs between runs; the figures must not
       local kept = {}
       for line in tbl:gmatch("[^\n]+") do kept[#kept + 1] = (line:gsub("%s+%S+$", "")) end
@@ -221,10 +274,14 @@ describe("recipes/ledger.lua", function()
     assert.are.equal(tables[1], tables[2])
   end)
 
-  it("refuses an unknown arm", function()
-    local out, code = H.run(string.format("cd %s && %s run recipes/ledger.lua --smoke --arms outcome,memcoe",
+  it("refuses an unknown arm and a negative guideline weight", function()
+    local out, code = H.run(string.format("cd %s && %s run recipes/ledger.lua --smoke --arms outcome,memo",
       H.shell_quote(H.root), H.shell_quote(H.moonrl)))
     assert.are_not.equal(0, code)
-    assert.matches("unknown arm 'memcoe'", out)
+    assert.matches("unknown arm 'memo'", out)
+    out, code = H.run(string.format("cd %s && %s run recipes/ledger.lua --smoke --guideline-weight -1",
+      H.shell_quote(H.root), H.shell_quote(H.moonrl)))
+    assert.are_not.equal(0, code)
+    assert.matches("%-%-guideline%-weight: a number >= 0", out)
   end)
 end)
