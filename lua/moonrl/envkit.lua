@@ -2,7 +2,8 @@
 -- planned per episode and fired per turn, personas, and macro actions. Each draws only from the
 -- seed it is given, so one seed gives one plan in every process. Also a state block (a compact
 -- state line rendered into each observation, for constant-context agents) and copies (one
--- agent's action applied to n copies of an environment per turn, DPEPO-style).
+-- agent acting in n copies of an environment per turn, one action for all or one per copy,
+-- DPEPO-style).
 --
 --   local block = kit.state_block { fields = { "user", { name = "found", kind = "set" } } }
 --   self.state = block:tracker(); self.state:set("user", "bob"); self.state:add("found", "sudo")
