@@ -723,9 +723,10 @@ M.split_parts = split_parts
 -- when it had none, skipped = true when it was done before the turn); split also gives
 -- info.copy_actions = {"u", "r", ""} (each copy's action this turn, "" for none), info.missing
 -- (how many live copies had none) and info.malformed (split_parts' junk, when any). costs are
--- summed over the copies. Each instance keeps every copy's actions (inst:histories(), a copy;
--- clone() copies them). tasks, format and system are env's; oracle is copy 1's ("same") or each
--- copy's oracle zipped turn by turn into parts ("split"); the instance clones when env's does.
+-- summed over the copies. With split, each instance keeps every copy's actions
+-- (inst:histories(), a copy; clone() copies them). tasks, format and system are env's; oracle
+-- is copy 1's ("same") or each copy's oracle zipped turn by turn into parts ("split"); the
+-- instance clones when env's does.
 function M.copies(opts)
   local where = "rl.envkit.copies"
   local o = argcheck.fields(where, opts, {
