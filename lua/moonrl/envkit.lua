@@ -2,7 +2,8 @@
 -- planned per episode and fired per turn, personas, and macro actions. Each draws only from the
 -- seed it is given, so one seed gives one plan in every process. Also a state block (a compact
 -- state line rendered into each observation, for constant-context agents) and copies (one
--- agent's action applied to n copies of an environment per turn, DPEPO-style).
+-- agent acting in n copies of an environment per turn, one action for all or one per copy,
+-- DPEPO-style).
 --
 --   local block = kit.state_block { fields = { "user", { name = "found", kind = "set" } } }
 --   self.state = block:tracker(); self.state:set("user", "bob"); self.state:add("found", "sudo")
@@ -671,16 +672,61 @@ end
 
 -- ---------------------------------------------------------------- copies (DPEPO)
 
+-- split_parts(action, n) -> parts, junk: DPEPO's per-copy action "1:u 2:r 3:l" (any order; a
+-- part runs from its "i:" marker, at the start or after a blank, to the next marker, trimmed).
+-- parts[i] is copy i's text or nil; junk lists what could not be given to a copy: text before
+-- the first marker, markers outside 1..n, a second part for the same copy (both are dropped,
+-- so that copy gets none), and empty parts.
+local function split_parts(action, n)
+  local marks, s, at = {}, tostring(action or ""), 1
+  while true do
+    local a, b, num = s:find("(%d+):", at)
+    if not a then break end
+    if a == 1 or s:sub(a - 1, a - 1):match("%s") then marks[#marks + 1] = { a = a, b = b, i = tonumber(num) } end
+    at = b + 1
+  end
+  local parts, junk, seen = {}, {}, {}
+  local head = s:sub(1, marks[1] and marks[1].a - 1 or #s):match("^%s*(.-)%s*$")
+  if head ~= "" then junk[#junk + 1] = head end
+  for k, m in ipairs(marks) do
+    local text = s:sub(m.b + 1, marks[k + 1] and marks[k + 1].a - 1 or #s):match("^%s*(.-)%s*$")
+    local piece = s:sub(m.a, m.b) .. text
+    if m.i < 1 or m.i > n or text == "" then
+      junk[#junk + 1] = piece
+    elseif seen[m.i] then
+      junk[#junk + 1] = piece
+      if parts[m.i] then junk[#junk + 1] = m.i .. ":" .. parts[m.i] end
+      parts[m.i] = nil
+    else
+      parts[m.i], seen[m.i] = text, true
+    end
+  end
+  return parts, junk
+end
+M.split_parts = split_parts
+
 -- rl.envkit.copies{env =, n = 2, variant = nil, join = "\n", success = "all" | "any" | "mean",
--- name = nil}: an environment module in which one agent's action goes to n copies of `env` each
--- turn (DPEPO's parallel environments). Copy i is reset with variant(task, i) (the task itself
--- when unset) and an rng drawn from the episode's; each turn the action is stepped in every copy
--- not yet done (parsed once), the observation is the copies' observations, "i: obs" joined with
--- `join` (a finished copy shows "done"), the reward their mean, and the episode ends when every
--- copy has. info.success: every copy succeeded ("all"), at least one ("any"), or the fraction as
+-- actions = "same" | "split", reward = "mean" | "max" | "best", name = nil}: an environment
+-- module in which one agent acts in n copies of `env` each turn (DPEPO's parallel environments).
+-- Copy i is reset with variant(task, i) (the task itself when unset) and an rng drawn from the
+-- episode's. With actions = "same" the action is stepped in every copy not yet done (parsed
+-- once); with "split" the turn is one action per copy, "1:u 2:r 3:l" (any order; split_parts):
+-- copy i steps its own part, a copy that is done is skipped, and a copy whose part is missing or
+-- malformed steps the empty action (its turn is wasted by env's own invalid-action handling).
+-- The observation is the copies' observations, "i: obs" joined with `join` (a finished copy
+-- shows "done"); the episode ends when every copy has. The turn's reward: the copies' mean
+-- ("mean"), the largest of the stepped copies' ("max"), or the rise in the best copy's return
+-- so far ("best": the episode's return is then its best copy's, a parallel success reward).
+-- info.success: every copy succeeded ("all"), at least one ("any"), or the fraction as
 -- info.success_rate with success = all ("mean"); info.copies = {{reward =, done =, success =},
--- ...} for the turn; costs summed over the copies. tasks, oracle (copy 1's), format and system
--- are env's; the instance clones when env's does.
+-- ...} for the turn (split: also action =, the part copy i stepped, "" for none, missing = true
+-- when it had none, skipped = true when it was done before the turn); split also gives
+-- info.copy_actions = {"u", "r", ""} (each copy's action this turn, "" for none), info.missing
+-- (how many live copies had none) and info.malformed (split_parts' junk, when any). costs are
+-- summed over the copies. With split, each instance keeps every copy's actions
+-- (inst:histories(), a copy; clone() copies them). tasks, format and system are env's; oracle
+-- is copy 1's ("same") or each copy's oracle zipped turn by turn into parts ("split"); the
+-- instance clones when env's does.
 function M.copies(opts)
   local where = "rl.envkit.copies"
   local o = argcheck.fields(where, opts, {
@@ -689,39 +735,80 @@ function M.copies(opts)
     { "variant", nil, argcheck.func },
     { "join", "\n", argcheck.string },
     { "success", "all", argcheck.one_of { "all", "any", "mean" } },
+    { "actions", "same", argcheck.one_of { "same", "split" } },
+    { "reward", "mean", argcheck.one_of { "mean", "max", "best" } },
     { "name", nil, argcheck.string },
   }, 2)
   local env = o.env
   if type(env.new) ~= "function" or type(env.tasks) ~= "function" then
     argcheck.fail(where, "env: an environment module (new, tasks) expected", 2)
   end
+  local split = o.actions == "split"
   local W = { name = o.name or (tostring(env.name) .. "-x" .. o.n), format = env.format, system = env.system,
     max_turns = env.max_turns, tasks = env.tasks, oracle = env.oracle, tools = env.tools, copies = o.n }
+  if split and type(env.oracle) == "function" then
+    function W.oracle(task, rng)
+      local lists, out = {}, {}
+      for i = 1, o.n do lists[i] = env.oracle(o.variant and o.variant(task, i) or task, rng) or {} end
+      for k = 1, math.huge do
+        local parts = {}
+        for i = 1, o.n do
+          if lists[i][k] ~= nil then parts[#parts + 1] = i .. ":" .. tostring(lists[i][k]) end
+        end
+        if #parts == 0 then break end
+        out[k] = table.concat(parts, " ")
+      end
+      return out
+    end
+  end
   local Inst = { __name = "moonrl.envkit.copies" }
   Inst.__index = Inst
-  function W.new() return setmetatable({ insts = {}, done = {}, success = {} }, Inst) end
+  local function blank()
+    return setmetatable({ insts = {}, done = {}, success = {}, returns = {}, actions = {}, best = 0 }, Inst)
+  end
+  W.new = blank
   function Inst:reset(task, rng)
     local texts = {}
     for i = 1, o.n do
       local t = o.variant and o.variant(task, i) or task
       local sub = rng and core.rng(rng:random(0, 0x3FFFFFFFFFFFFFFF)) or core.rng(i)
-      self.insts[i], self.done[i], self.success[i] = env.new(), false, false
+      self.insts[i], self.done[i], self.success[i], self.returns[i], self.actions[i] = env.new(), false, false, 0, {}
       texts[i] = i .. ": " .. tostring(self.insts[i]:reset(t, sub))
     end
+    self.best = 0
     return table.concat(texts, o.join)
   end
+  -- Every copy's actions so far (copies of the lists; "" where a copy had none).
+  function Inst:histories()
+    local out = {}
+    for i = 1, o.n do out[i] = table.move(self.actions[i] or {}, 1, #(self.actions[i] or {}), 1, {}) end
+    return out
+  end
   function Inst:step(action, parsed)
-    parsed = parsed or parse.parse(action, env.format or "line")
-    local texts, total, all_done, per, costs, any_call = {}, 0, true, {}, nil, false
+    local parts, junk
+    if split then parts, junk = split_parts(action, o.n)
+    else parsed = parsed or parse.parse(action, env.format or "line") end
+    local texts, total, top, all_done, per, costs, any_call, acts, missing = {}, 0, nil, true, {}, nil, false, {}, 0
     for i = 1, o.n do
       if self.done[i] then
         texts[i] = i .. ": done"
-        per[i] = { reward = 0, done = true, success = self.success[i] }
+        per[i] = { reward = 0, done = true, success = self.success[i], skipped = split or nil,
+          action = split and "" or nil }
+        acts[i] = ""
       else
-        local obs, r, d, info = self.insts[i]:step(action, parsed)
+        local a, p = action, parsed
+        if split then
+          a = parts[i] or ""
+          p = parse.parse(a, env.format or "line")
+          acts[i] = a
+          self.actions[i][#self.actions[i] + 1] = a
+          if a == "" then missing = missing + 1 end
+        end
+        local obs, r, d, info = self.insts[i]:step(a, p)
         r = r or 0
         if type(r) ~= "number" then error(string.format("copies: copy %d returned a reward that is not a number", i), 2) end
-        total = total + r
+        total, top = total + r, math.max(top or r, r)
+        self.returns[i] = self.returns[i] + r
         self.done[i] = d and true or false
         if type(info) == "table" and info.success ~= nil then self.success[i] = info.success and true or false end
         if type(info) == "table" and type(info.costs) == "table" then
@@ -733,22 +820,39 @@ function M.copies(opts)
         end
         if type(info) == "table" and info.tool_call == true then any_call = true end
         texts[i] = i .. ": " .. (obs == nil and (d and "done" or "") or tostring(obs))
-        per[i] = { reward = r, done = self.done[i], success = self.success[i] }
+        per[i] = { reward = r, done = self.done[i], success = self.success[i], action = split and a or nil,
+          missing = (split and a == "") or nil }
       end
       all_done = all_done and self.done[i]
     end
     local wins = 0
     for i = 1, o.n do if self.success[i] then wins = wins + 1 end end
     local info = { copies = core.json.array(per), costs = costs, tool_call = any_call or nil }
+    if split then
+      info.copy_actions, info.missing = core.json.array(acts), missing
+      if #junk > 0 then info.malformed = core.json.array(junk) end
+    end
     if o.success == "any" then info.success = wins > 0
     else info.success = wins == o.n end
     if o.success == "mean" then info.success_rate = wins / o.n end
-    return table.concat(texts, o.join), total / o.n, all_done, info
+    local r = total / o.n
+    if o.reward == "max" then r = top or 0
+    elseif o.reward == "best" then
+      local best = -math.huge
+      for i = 1, o.n do best = math.max(best, self.returns[i]) end
+      r, self.best = best - self.best, best
+    end
+    return table.concat(texts, o.join), r, all_done, info
   end
   if type(env.new().clone) == "function" then
     function Inst:clone()
-      local c = setmetatable({ insts = {}, done = {}, success = {} }, Inst)
-      for i = 1, o.n do c.insts[i], c.done[i], c.success[i] = self.insts[i]:clone(), self.done[i], self.success[i] end
+      local c = blank()
+      c.best = self.best
+      for i = 1, o.n do
+        c.insts[i], c.done[i], c.success[i] = self.insts[i]:clone(), self.done[i], self.success[i]
+        c.returns[i] = self.returns[i]
+        c.actions[i] = table.move(self.actions[i], 1, #self.actions[i], 1, {})
+      end
       return c
     end
   end

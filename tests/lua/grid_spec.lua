@@ -131,6 +131,34 @@ describe("recipes/grid.lua", function()
     local function table_of(text) return text:match("(seed 1:.-)\nseconds:") end
     assert.is_truthy(table_of(out), out)
     assert.are.equal(table_of(out), table_of((smoke())))
+    assert.is_falsy(out:find("copies: held-out", 1, true)) -- no parallel table without a parallel arm
+  end)
+
+  it("--smoke --arms grpo,pgrpo,dpepo prints the parallel table, numbers in range, the same on a second run", function()
+    local out, code = smoke(" --arms grpo,pgrpo,dpepo")
+    assert.are.equal(0, code, out)
+    local ptable = out:match("(seed 1, 3 copies:.-)\nseconds:")
+    assert.is_truthy(ptable, out)
+    local pct = "(%d+%.%d)%%"
+    for _, label in ipairs { "SFT%-par %(parallel walks%)", "SFT%-par %+ parallel GRPO", "SFT%-par %+ DPEPO",
+      "demonstrator x3", "planner x3" } do
+      local line = ptable:match("\n(" .. label .. "[^\n]*)")
+      assert.is_truthy(line, label .. " missing in:\n" .. ptable)
+      local per, all, any, turns, red = line:match(pct .. "%s+" .. pct .. "%s+" .. pct .. "%s+(%d+%.%d%d)%s+" .. pct)
+      assert.is_truthy(per, line)
+      per, all, any, turns, red = tonumber(per), tonumber(all), tonumber(any), tonumber(turns), tonumber(red)
+      -- every copy succeeding counts in the share per copy, which counts in "any copy"
+      assert.is_true(all <= per + 0.05 and per <= any + 0.05, line)
+      assert.is_true(any <= 100 and red >= 0 and red <= 100, line)
+      assert.is_true(turns >= 1 and turns <= env.max_turns, line)
+    end
+    -- the sequential GRPO row is there with its success per copy only
+    assert.is_truthy(ptable:match("\nSFT %+ GRPO%s+%d+%.%d%%%s+%-%s+%-%s+%d+%.%d%d%s+%-"), ptable)
+    -- the planner in 3 copies reaches the goal in some copy of most maps, and its copies mostly agree
+    local pany, pred = ptable:match("\nplanner x3%s+%S+%s+%S+%s+(%d+%.%d)%%%s+%S+%s+(%d+%.%d)%%")
+    assert.is_true(tonumber(pany) > 50 and tonumber(pred) > 30, ptable)
+    assert.is_truthy(out:match("seconds: SFT %d+ %b(); parallel SFT %d+ %b(); grpo .* pgrpo .* dpepo "), out)
+    assert.are.equal(ptable, (smoke(" --arms grpo,pgrpo,dpepo")):match("(seed 1, 3 copies:.-)\nseconds:"))
   end)
 
   it("refuses an unknown arm", function()

@@ -11,6 +11,7 @@
 -- update on batch.critic = {old_values =, returns =} (flat tensors like batch.mask), which the
 -- estimator sets.
 local core = require "moonrl.core"
+local argcheck = require "moonrl.argcheck"
 local critic = require "moonrl.train.critic"
 local reward = require "moonrl.train.reward"
 local score = require "moonrl.train.score"
@@ -602,6 +603,129 @@ M.register("igpo", function(ctx, batch)
   batch.adv_metrics = turn_metrics(rows, values, igs)
   return adv, per_episode
 end)
+
+-- ---------------------------------------------------------------- DPEPO
+
+-- DPEPO's options (the spec's defaults), checked at `level`.
+local function dpepo_options(where, opts, level)
+  return argcheck.fields(where, opts == nil and {} or opts, {
+    { "alpha", 0.8, argcheck.number(0, 1) },
+    { "gamma", 0.95, argcheck.number(0, 1) },
+    { "beta", 0.95, argcheck.number(0, 1) },
+    { "omega", 0.8, argcheck.number(0, 1) },
+  }, level + 1)
+end
+
+-- DPEPO's step-level diversity weight (shared/spec/reproductions.md §3.6). turns[t][i] is copy
+-- i's action at turn t: a string, "" when the copy acted with none (a missing or malformed
+-- part) or false when it was done (skipped). Copy i's weight at turn t is the mean of
+-- alpha^(times its action is in its own earlier actions), gamma^(times its (previous, current)
+-- pair is among its own earlier pairs) and beta^(times that pair is among the other copies'
+-- earlier pairs), 0.5 for a copy with no action; the turn's W is the mean of the copies' weights
+-- (those not skipped) averaged with omega^(actions this turn minus distinct ones); a turn in
+-- which no copy acted gets 0.5. "Earlier" is the turns before t; a copy's "previous" action is
+-- its last one that was not "" (a first action has no pair: both pair terms are 1). Returns the
+-- list of W.
+function M.dpepo_weights(turns, opts)
+  local where = "rl.train.advantage.dpepo_weights"
+  local o = dpepo_options(where, opts, 2)
+  if type(turns) ~= "table" then error(where .. ": turns: a list of per-copy action lists expected", 2) end
+  local acts, last, pairs_of, out = {}, {}, {}, {} -- per copy: action counts, last action, pair counts
+  for t, row in ipairs(turns) do
+    if type(row) ~= "table" then error(string.format("%s: turns[%d]: a list of actions expected", where, t), 2) end
+    local sum, cnt, this, seen, distinct, new_pairs = 0, 0, 0, {}, 0, {}
+    for i, a in pairs(row) do
+      if type(i) ~= "number" or (a ~= false and type(a) ~= "string") then
+        error(string.format("%s: turns[%d][%s]: an action string, \"\" or false expected", where, t, tostring(i)), 2)
+      end
+    end
+    local n = 0
+    for i in pairs(row) do n = math.max(n, i) end
+    for i = 1, n do
+      local a = row[i]
+      if a == "" then
+        sum, cnt = sum + 0.5, cnt + 1
+      elseif a then
+        acts[i], pairs_of[i] = acts[i] or {}, pairs_of[i] or {}
+        local own_pair, other_pair = 0, 0
+        local key = last[i] and (last[i] .. "\0" .. a)
+        if key then
+          own_pair = pairs_of[i][key] or 0
+          for j, p in pairs(pairs_of) do if j ~= i then other_pair = other_pair + (p[key] or 0) end end
+        end
+        sum = sum + (o.alpha ^ (acts[i][a] or 0) + o.gamma ^ own_pair + o.beta ^ other_pair) / 3
+        cnt, this = cnt + 1, this + 1
+        if not seen[a] then seen[a], distinct = true, distinct + 1 end
+        new_pairs[i] = key or false
+      end
+    end
+    out[t] = this == 0 and 0.5 or (sum / cnt + o.omega ^ (this - distinct)) / 2
+    for i = 1, n do -- this turn joins the histories after every copy's weight is taken
+      local a = row[i]
+      if a and a ~= "" then
+        acts[i][a] = (acts[i][a] or 0) + 1
+        if new_pairs[i] then pairs_of[i][new_pairs[i]] = (pairs_of[i][new_pairs[i]] or 0) + 1 end
+        last[i] = a
+      end
+    end
+  end
+  return out
+end
+
+-- One episode's turns for dpepo_weights, from its record's info (rl.envkit.copies with actions =
+-- "split": info.copy_actions, and info.copies[i].skipped for a copy that was done); nil for a
+-- turn whose record carries no copy_actions.
+function M.dpepo_turns(ep)
+  local turns = {}
+  for k = 1, math.max(ep.turns or 0, #(ep.record or {})) do
+    local info = ep.record and ep.record[k] and ep.record[k].info
+    if type(info) == "table" and type(info.copy_actions) == "table" then
+      local row = {}
+      for i, a in ipairs(info.copy_actions) do
+        local c = type(info.copies) == "table" and info.copies[i]
+        row[i] = (type(c) == "table" and c.skipped) and false or tostring(a)
+      end
+      turns[k] = row
+    else
+      turns[k] = {} -- no actions: the turn's W is 0.5
+    end
+  end
+  return turns
+end
+
+-- dpepo{alpha =, gamma =, beta =, omega =} -> an estimator (advantage = "dpepo" is dpepo{}):
+-- each episode's GRPO advantage A, per turn times W (dpepo_weights) when A > 0 and times 2 - W
+-- when A < 0, so a redundant step gets less credit and more blame. batch.dpepo_w keeps each
+-- episode's list of W. It needs rl.envkit.copies{actions = "split"} episodes: a batch in which
+-- no turn has info.copy_actions is an error.
+function M.dpepo(opts)
+  opts = dpepo_options("rl.train.advantage.dpepo", opts, 2)
+  return function(ctx, batch)
+    local scores, groups = M.scores(batch)
+    local base = core.objective.advantage { method = "grpo", scores = scores, groups = groups,
+      counts = batch:sampled_counts(), epsilon = ctx.cfg.adv_epsilon }
+    local rows, index = turn_rows(batch)
+    local ws, any = {}, false
+    for i, ep in ipairs(batch.episodes) do
+      for _, rec in ipairs(ep.record or {}) do
+        if type(rec.info) == "table" and rec.info.copy_actions then any = true end
+      end
+      ws[i] = M.dpepo_weights(M.dpepo_turns(ep), opts)
+    end
+    if not any and #rows > 0 then
+      error("train: advantage dpepo: no turn has info.copy_actions (an environment made by "
+        .. "rl.envkit.copies{actions = \"split\"} expected)", 0)
+    end
+    local values = {}
+    for r, row in ipairs(rows) do
+      local a, w = base[row.episode], ws[row.episode][row.turn + 1] or 0.5
+      values[r] = a > 0 and a * w or (a < 0 and a * (2 - w) or 0)
+    end
+    batch.dpepo_w = ws
+    return rows_to_tokens(batch, index, values)
+  end
+end
+M.register("dpepo", M.dpepo())
 
 -- The estimator a configuration names: cfg.advantage is a registered name or a function.
 function M.estimator(c)
