@@ -173,6 +173,17 @@ function M.tasks(split, n, seed)
   return out
 end
 
+-- held_out(n) -> the search recipes' held-out questions: n test questions of each hop count, 1
+-- hop first, drawn from one fixed rng (seed 4242), so every recipe and arm gets the same ones.
+function M.held_out(n)
+  assert(math.type(n) == "integer" and n >= 1, "kbqa.held_out: n must be a positive integer")
+  local rng, out = rl.rng(4242), {}
+  for h = 1, M.max_hops do
+    for _ = 1, n do out[#out + 1] = M.gen({ hops = h, split = "test" }, rng) end
+  end
+  return out
+end
+
 -- The answer as the action that gives it.
 function M.gold(task) return "answer " .. task.answer end
 

@@ -159,18 +159,7 @@ local function run_arm(seed, sft_path, arm)
   return row, figures(before, arm .. "@0")
 end
 
-local function one_seed(seed)
-  local t0 = rl.clock()
-  local sft_path = R.announced_start(seed, warm_start, o.sft_epochs)
-  local rows, starts = {}, {}
-  for _, arm in ipairs(arms) do
-    local row, start = run_arm(seed, sft_path, arm)
-    rows[#rows + 1], starts[#starts + 1] = row, start
-  end
-  for _, r in ipairs(starts) do rows[#rows + 1] = r end
-  print(string.format("seed %d: %.0f s", seed, rl.clock() - t0))
-  return rows
-end
+local function one_seed(seed) return R.arms_of_seed(seed, warm_start, o.sft_epochs, arms, run_arm) end
 
 local function print_table(list, title)
   local w = #list > 1 and 13 or 7
