@@ -20,7 +20,7 @@
 -- seconds per RL step.
 --
 --   moonrl run recipes/cosearch.lua [--seed 1] [--seeds 3] [--arms joint,bm25,oracle]
---     [--steps 20] [--tasks 8] [--group 8] [--sft-examples 2000] [--sft-epochs 2]
+--     [--steps 12] [--tasks 8] [--group 8] [--sft-examples 2000] [--sft-epochs 2]
 --     [--eval-tasks 32] [--lr 2e-4] [--demo-gold 0.5] [--threshold 0.5] [--reuse-sft]
 --     [--dir runs] [--smoke]
 --
@@ -33,7 +33,7 @@ package.path = root .. "/?.lua;" .. package.path
 local kbqa = require "envs.kbqa"
 local R = rl.recipe
 
-local o, why = R.args(arg, { seed = 1, seeds = 1, arms = "joint,bm25,oracle", steps = 20, tasks = 8, group = 8,
+local o, why = R.args(arg, { seed = 1, seeds = 1, arms = "joint,bm25,oracle", steps = 12, tasks = 8, group = 8,
   sft_examples = 2000, sft_epochs = 2, eval_tasks = 32, lr = 2e-4, demo_gold = 0.5, threshold = 0.5,
   reuse_sft = false, dir = root .. "/runs", smoke = false })
 if not o then error("cosearch.lua: " .. why, 0) end
