@@ -41,6 +41,10 @@
 --            guess the entity found so far with each search.
 -- Every search turn of a variant sets info.tool_call. The plain module draws nothing from the rng,
 -- never fails and reads no guesses.
+--
+-- M.cosearch{ranker =, candidates =, demo_gold =} is a multi-agent environment (rl.multi) on the
+-- same knowledge base for CoSearch (spec 3.2): a reasoner and a generative document ranker that
+-- orders each search's top 4 (M.retrieve) before the reasoner is shown two (see its comment).
 local rl = require "moonrl"
 local argcheck = require "moonrl.argcheck"
 
@@ -95,15 +99,16 @@ local KB = M.kb
 function M.held_entity(name) return hash(name, 11) % 5 == 0 end
 function M.held_chain(chain) return #chain >= 2 and hash(table.concat(chain, " "), 13) % 5 == 0 end
 
--- search(words) -> the top 2 documents (as text, "a r b | c r d") by BM25 (k1 = 1.2, b = 0.75;
--- every document has three words, so the length term is 1) over the query's words, ties broken
--- by a hash of the document and the query (so a distractor can come first).
-function M.search(text)
+-- retrieve(words [, k = 2]) -> the top k documents (a list of texts, "a r b") by BM25 (k1 = 1.2,
+-- b = 0.75; every document has three words, so the length term is 1) over the query's words, ties
+-- broken by a hash of the document and the query (so a distractor can come first); an empty
+-- list when no document has any of the words.
+function M.retrieve(text, k)
   local words, seen = {}, {}
   for w in text:lower():gmatch("%a+") do
     if not seen[w] then words[#words + 1], seen[w] = w, true end
   end
-  if #words == 0 then return "no results" end
+  if #words == 0 then return {} end
   local N, best = #KB.docs, {}
   for i, d in ipairs(KB.docs) do
     local s = 0
@@ -117,15 +122,21 @@ function M.search(text)
     end
     if s > 0 then best[#best + 1] = { s = s, tie = hash(table.concat(d, " ") .. "/" .. text, 17), i = i } end
   end
-  if #best == 0 then return "no results" end
   table.sort(best, function(a, b)
     if math.abs(a.s - b.s) > 1e-9 then return a.s > b.s end
     if a.tie ~= b.tie then return a.tie < b.tie end
     return a.i < b.i
   end)
   local out = {}
-  for k = 1, math.min(2, #best) do out[k] = table.concat(KB.docs[best[k].i], " ") end
-  return table.concat(out, " | ")
+  for j = 1, math.min(k or 2, #best) do out[j] = table.concat(KB.docs[best[j].i], " ") end
+  return out
+end
+
+-- search(words) -> the top 2 documents of retrieve as text ("a r b | c r d"), or "no results".
+function M.search(text)
+  local docs = M.retrieve(text, 2)
+  if #docs == 0 then return "no results" end
+  return table.concat(docs, " | ")
 end
 
 -- ---------------------------------------------------------------- tasks
@@ -159,6 +170,17 @@ function M.tasks(split, n, seed)
   assert(split == "train" or split == "test", "split must be \"train\" or \"test\"")
   local rng, out = rl.rng(seed or 0), {}
   for i = 1, n do out[i] = M.gen({ hops = (i - 1) % M.max_hops + 1, split = split }, rng) end
+  return out
+end
+
+-- held_out(n) -> the search recipes' held-out questions: n test questions of each hop count, 1
+-- hop first, drawn from one fixed rng (seed 4242), so every recipe and arm gets the same ones.
+function M.held_out(n)
+  assert(math.type(n) == "integer" and n >= 1, "kbqa.held_out: n must be a positive integer")
+  local rng, out = rl.rng(4242), {}
+  for h = 1, M.max_hops do
+    for _ = 1, n do out[#out + 1] = M.gen({ hops = h, split = "test" }, rng) end
+  end
   return out
 end
 
@@ -312,6 +334,189 @@ function M.variant(opts)
     return c
   end
   return V
+end
+
+-- ---------------------------------------------------------------- CoSearch
+
+-- The candidate of docs that answers query: the first whose subject and relation are both words
+-- of the query (the fact a search "<entity> <relation>" asks for); nil when none is.
+function M.gold_index(query, docs)
+  local words = {}
+  for w in query:lower():gmatch("%a+") do words[w] = true end
+  for i, d in ipairs(docs) do
+    local a, r = d:match("^(%a+) (%a+) %a+$")
+    if a and words[a] and words[r] then return i end
+  end
+  return nil
+end
+
+-- parse_rank(text, n) -> a permutation of 1..n (a list), or nil, message: "rank 3 1 2 4", each of
+-- 1..n once, nothing else.
+function M.parse_rank(text, n)
+  if type(text) ~= "string" then return nil, "not a string" end
+  local rest = text:match("^%s*rank%s+(.-)%s*$")
+  if not rest then return nil, "not \"rank i j ...\"" end
+  local out, seen = {}, {}
+  for w in rest:gmatch("%S+") do
+    local k = w:match("^%d$") and tonumber(w)
+    if not k or k < 1 or k > n then return nil, "'" .. w .. "' is not one of 1.." .. n end
+    if seen[k] then return nil, k .. " is ranked twice" end
+    seen[k], out[#out + 1] = true, k
+  end
+  if #out ~= n then return nil, string.format("%d of %d candidates ranked", #out, n) end
+  return out
+end
+
+-- The ranker's observation: "q: ann boss | 1 kim boss ann | 2 ann boss bob | ..."
+local function ranker_obs(query, docs)
+  local parts = { "q: " .. query }
+  for i, d in ipairs(docs) do parts[#parts + 1] = i .. " " .. d end
+  return table.concat(parts, " | ")
+end
+
+-- cosearch{ranker = "policy", candidates = 4, demo_gold = 0.5} -> a multi-agent environment
+-- (rl.multi) for CoSearch's joint training of a reasoner and a generative document ranker (spec
+-- reproductions.md 3.2). The reasoner acts one turn an invocation; it is given the question and
+-- every search's two documents so far ("Q: city of boss of ann? > ann boss bob | kim boss ann") and
+-- answers ("answer tex") or searches ("search ann boss"). A search retrieves the top `candidates`
+-- documents by BM25; with ranker = "policy" the ranker agent is then given the query and the
+-- candidates, numbered (ranker_obs above) and replies "rank 2 1 3 4" (parse_rank; anything else
+-- keeps BM25's order), and the reasoner gets the first two by its ranking. ranker = "bm25": no
+-- ranker agent, BM25's top two; "oracle": no ranker agent, the gold candidate (gold_index) first,
+-- then BM25's order. Rewards: the reasoner's invalid actions -0.1; at the end (finish) the
+-- outcome (1 right answer, else 0) on every reasoner invocation; a ranker invocation gets 0.5
+-- when it ranked the gold candidate first, plus 0.5 x the outcome. An episode ends with the
+-- answer or after max_turns reasoner turns. Oracles (SFT): the reasoner searches each hop's
+-- entity and relation (task.path, task.chain) and then answers; the ranker puts the gold candidate
+-- first with probability demo_gold, else keeps BM25's order ("rank 1 2 3 4"). Tasks are M.tasks's
+-- with split set; the module's tally[split] counts, over every episode: ranked (searches), gold_in
+-- (with a gold candidate), gold_first and gold_shown (the gold candidate shown to the reasoner
+-- first, or at all), and episodes and wins per hop count (ep1.., win1..); reset it with
+-- C.tally = {}.
+function M.cosearch(opts)
+  local o = argcheck.fields("kbqa.cosearch", opts or {}, {
+    { "ranker", "policy", argcheck.one_of { "policy", "bm25", "oracle" } },
+    { "candidates", 4, argcheck.integer(2, 9) }, { "demo_gold", 0.5, argcheck.number(0, 1) },
+  }, 2)
+  local C = { name = "kbqa-cosearch-" .. o.ranker, format = "line", ranker = o.ranker, candidates = o.candidates,
+    agents = o.ranker == "policy" and { "reasoner", "ranker" } or { "reasoner" },
+    max_turns = { reasoner = 1, ranker = 1 }, tally = {} }
+  function C.tasks(split, n, seed)
+    local out = M.tasks(split, n, seed)
+    for _, t in ipairs(out) do t.split = split end
+    return out
+  end
+  local function count(split, key, by)
+    local t = C.tally[split] or {}
+    C.tally[split] = t
+    t[key] = (t[key] or 0) + (by or 1)
+  end
+
+  local Co = {}
+  Co.__index = Co
+  function C.new() return setmetatable({}, Co) end
+
+  function Co:reset(task)
+    self.task, self.turns, self.shown, self.pending, self.answer = task, 0, {}, nil, nil
+    self.over, self.outcome = false, 0
+  end
+
+  function Co:reasoner_obs()
+    local parts = { self.task.question }
+    for _, s in ipairs(self.shown) do parts[#parts + 1] = "> " .. s end
+    return table.concat(parts, " ")
+  end
+
+  -- the documents the reasoner is shown, ordered by a ranking (a permutation of the candidates)
+  function Co:show(order)
+    local p = self.pending
+    local docs = {}
+    for j = 1, math.min(2, #order) do docs[j] = p.docs[order[j]] end
+    local split = self.task.split or "train"
+    count(split, "ranked")
+    if p.gold then
+      count(split, "gold_in")
+      if order[1] == p.gold then count(split, "gold_first") end
+      if order[1] == p.gold or order[2] == p.gold then count(split, "gold_shown") end
+    end
+    self.shown[#self.shown + 1] = #docs > 0 and table.concat(docs, " | ") or "no results"
+    self.pending = nil
+  end
+
+  function Co:fixed_order()
+    local p, order = self.pending, {}
+    if o.ranker == "oracle" and p.gold then order[1] = p.gold end
+    for i = 1, #p.docs do if i ~= p.gold or o.ranker ~= "oracle" then order[#order + 1] = i end end
+    return order
+  end
+
+  function Co:next(prev)
+    if self.over then return nil end
+    if self.pending then
+      if o.ranker == "policy" and prev and prev.agent == "reasoner" and #self.pending.docs > 0 then
+        return "ranker", ranker_obs(self.pending.query, self.pending.docs)
+      end
+      self:show(self:fixed_order())
+    end
+    return "reasoner", self:reasoner_obs()
+  end
+
+  function Co:step(agent, action, parsed)
+    local text = (parsed and parsed.text) or action
+    if agent == "ranker" then
+      local p = self.pending
+      local order = M.parse_rank(text, #p.docs)
+      local gold_first = order ~= nil and p.gold ~= nil and order[1] == p.gold
+      self:show(order or self:fixed_order())
+      return nil, gold_first and 0.5 or 0, true, { success = gold_first, invalid = order == nil or nil }
+    end
+    self.turns = self.turns + 1
+    local verb, rest = text:match("^%s*(%a+)%s*(.-)%s*$")
+    verb = verb and verb:lower()
+    local reward, info = 0, { hops = self.task.hops }
+    if verb == "answer" and rest ~= "" then
+      self.over, self.outcome = true, rest:lower() == self.task.answer and 1 or 0
+      info.success = self.outcome == 1
+    elseif verb == "search" and rest ~= "" then
+      local docs = M.retrieve(rest, o.candidates)
+      self.pending = { query = rest:lower(), docs = docs, gold = M.gold_index(rest, docs) }
+      info.tool_call = true
+    else
+      reward, info.invalid = -0.1, true
+    end
+    if not self.over and self.turns >= (self.task.max_turns or M.max_turns) then self.over = true end
+    return nil, reward, true, info
+  end
+
+  function Co:finish()
+    local split, h = self.task.split or "train", self.task.hops
+    count(split, "ep" .. h)
+    count(split, "win" .. h, self.outcome)
+    return { reasoner = self.outcome, ranker = 0.5 * self.outcome }
+  end
+
+  function Co:success() return self.outcome == 1 end
+
+  -- the oracles: the reasoner's from the task (which hop it is on: the searches shown so far)
+  local function reasoner_oracle(task, turns)
+    local given = turns[#turns].given
+    local done = select(2, given:gsub(" > ", ""))
+    if done >= task.hops then return M.gold(task) end
+    return "search " .. task.path[done + 1] .. " " .. task.chain[done + 1]
+  end
+  local function ranker_oracle(_, turns, rng)
+    local given = turns[#turns].given
+    local query = given:match("^q: (.-) |")
+    local docs = {}
+    for d in given:gmatch("| %d (%a+ %a+ %a+)") do docs[#docs + 1] = d end
+    local gold = M.gold_index(query or "", docs)
+    local first = gold and rng:random() < o.demo_gold and gold or nil
+    local order = { "rank", first }
+    for i = 1, #docs do if i ~= first then order[#order + 1] = i end end
+    return table.concat(order, " ")
+  end
+  C.oracles = { reasoner = reasoner_oracle, ranker = o.ranker == "policy" and ranker_oracle or nil }
+  return C
 end
 
 -- success_by_hops(ctx, tasks, chunk [, each]) -> {all =, h1 =, ..., h<max_hops> =}: the greedy

@@ -51,13 +51,7 @@ local function new_model(seed)
 end
 
 -- The held-out questions (as search_qa.lua's): eval_tasks of each hop count.
-local HELD = {}
-do
-  local rng = rl.rng(4242)
-  for h = 1, HOPS do
-    for _ = 1, o.eval_tasks do HELD[#HELD + 1] = kbqa.gen({ hops = h, split = "test" }, rng) end
-  end
-end
+local HELD = kbqa.held_out(o.eval_tasks)
 
 local function searches_of(ep)
   local n = 0
@@ -118,19 +112,7 @@ local function run_arm(seed, sft_path, arm)
   return row, arm == arms[1] and row_of(result.before, "SFT") or nil
 end
 
-local function one_seed(seed)
-  local t0 = rl.clock()
-  local sft_path = R.announced_start(seed, warm_start, o.sft_epochs)
-  local rows, sft_row = {}, nil
-  for _, arm in ipairs(arms) do
-    local row, before = run_arm(seed, sft_path, arm)
-    rows[#rows + 1] = row
-    sft_row = sft_row or before
-  end
-  rows[#rows + 1] = sft_row
-  print(string.format("seed %d: %.0f s", seed, rl.clock() - t0))
-  return rows
-end
+local function one_seed(seed) return R.arms_of_seed(seed, warm_start, o.sft_epochs, arms, run_arm) end
 
 local function print_table(list, title)
   local w = #list > 1 and 13 or 7

@@ -56,13 +56,7 @@ local function new_model(seed)
 end
 
 -- The held-out questions, the same for every arm (and as search_qa.lua's): eval_tasks of each hop count.
-local HELD = {}
-do
-  local rng = rl.rng(4242)
-  for h = 1, HOPS do
-    for _ = 1, o.eval_tasks do HELD[#HELD + 1] = kbqa.gen({ hops = h, split = "test" }, rng) end
-  end
-end
+local HELD = kbqa.held_out(o.eval_tasks)
 
 -- Greedy held-out success per hop count (h1 .. h4) and over all, in chunks of tasks x group
 -- episodes; each chunk's rollout seed (and so each episode's failures) is fixed.

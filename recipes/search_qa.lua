@@ -86,14 +86,7 @@ local function new_model(seed)
 end
 
 -- The held-out questions, the same for every arm: eval_tasks of each hop count.
-local function held_out_tasks()
-  local rng, out = rl.rng(4242), {}
-  for h = 1, HOPS do
-    for _ = 1, o.eval_tasks do out[#out + 1] = kbqa.gen({ hops = h, split = "test" }, rng) end
-  end
-  return out
-end
-local HELD = held_out_tasks()
+local HELD = kbqa.held_out(o.eval_tasks)
 
 -- Greedy held-out success per hop count (h1 .. h4) and over all.
 -- (in chunks of the rollout's episodes, tasks x group).

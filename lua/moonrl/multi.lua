@@ -26,6 +26,11 @@
 --     trace_episodes = 2,                    -- episodes a step written to trace.jsonl
 --     grad_spike = { factor = 3, window = 20, min_steps = 5 },
 --     on_step = function(step, metrics) end, progress = false,
+--     regroup = { agent = function(rows) -> keys },  -- optional: the group each of an agent's
+--                                            -- rows is normalised in (one number or string per
+--                                            -- row, e.g. rl.multi.trigram_groups of what the
+--                                            -- rows were given) instead of its prompt group;
+--                                            -- advantage = "drmas" only
 --     -- the update's options, as rl.train's (checked by moonrl.train.options): loss, clip_low,
 --     -- clip_high, clip_c, agg, epochs, minibatch, lr, schedule, warmup, min_lr,
 --     -- weight_decay, clip_grad, entropy_coef
@@ -62,7 +67,8 @@
 -- Rows. Every invocation's row carries group (the task's prompt group), agent (its agent id),
 -- agent_name, traj (the episode's index in the step), round and reward (its turns' rewards plus
 -- the agent's finish() reward). Dr. MAS (spec advantage.md 6.4, rl.advantage.drmas): agent-wise,
--- a row's advantage is (S - mean) / (std + eps) over the rows of its (group, agent); global, over
+-- a row's advantage is (S - mean) / (std + eps) over the rows of its (group, agent) (with regroup:
+-- its (regroup key, agent)); global, over
 -- the episodes of the group of each episode's mean row score, given to all its rows.
 --
 -- Metrics (metrics.jsonl): success (team), reward/<agent> and reward/<agent>/std (the mean and
@@ -205,6 +211,12 @@ local TOP = {
     { "min_steps", 5, argcheck.integer(1) } }) },
   { "overwrite", false, argcheck.boolean }, { "progress", false, argcheck.boolean },
   { "on_step", nil, argcheck.func },
+  { "regroup", nil, function(v)
+    if type(v) ~= "table" then return "a table {agent = function(rows) -> a key per row}" end
+    for k, f in pairs(v) do
+      if type(f) ~= "function" then return "regroup." .. tostring(k) .. ": a function(rows) -> a key per row expected" end
+    end
+  end },
 }
 for _, k in ipairs(UPDATE_KEYS) do
   if k ~= "lr" then TOP[#TOP + 1] = { k, nil, function() return nil end } end
@@ -245,6 +257,15 @@ function M.options(opts, level)
     agents[a] = spec
   end
   c.agents = agents
+  for a in pairs(c.regroup or {}) do
+    if not known[a] then
+      error(string.format("rl.multi: regroup: '%s' is not an agent of %s (its agents: %s)", tostring(a), env.name,
+        table.concat(env.agents, ", ")), level)
+    end
+    if c.advantage ~= "drmas" then
+      error("rl.multi: regroup: needs advantage = \"drmas\" (the global baseline groups episodes, not rows)", level)
+    end
+  end
   -- one engine per model; the trainable agents of one model form one update unit
   local engines, by_model = {}, {}
   for id, a in ipairs(env.agents) do
@@ -407,7 +428,7 @@ function M.advantages(c, batches)
     if b then
       for j, ep in ipairs(b.episodes) do
         local r = #scores + 1
-        scores[r], groups[r], trajs[r], ids[r] = { ep.reward }, ep.group, ep.traj, ep.agent
+        scores[r], groups[r], trajs[r], ids[r] = { ep.reward }, ep.adv_group or ep.group, ep.traj, ep.agent
         where[r] = { a, j }
       end
     end
@@ -421,6 +442,70 @@ function M.advantages(c, batches)
     traj_index = trajs, agent_id = ids }, { agent_wise = c.advantage == "drmas",
     norm_adv_by_std = c.norm_adv_by_std, epsilon = c.adv_epsilon })
   for r, w in ipairs(where) do out[w[1]][w[2]] = res.advantages[r][1] end
+  return out
+end
+
+-- Sets each row's adv_group (the group its advantage is normalised in) from cfg.regroup[agent]
+-- (rows) -> one key (a number or a string) per row, for the agents that have one.
+function M.regroup(c, batches)
+  for _, a in ipairs(c.env.agents) do
+    local f, b = c.regroup and c.regroup[a], batches[a]
+    if f and b then
+      local keys = f(b.episodes)
+      if not argcheck.is_list(keys) or #keys ~= #b.episodes then
+        error(string.format("rl.multi: regroup.%s returned %s, not a list of %d keys (one per row)", a, describe(keys),
+          #b.episodes), 0)
+      end
+      for j, k in ipairs(keys) do
+        if type(k) ~= "string" and not argcheck.finite(k) then
+          error(string.format("rl.multi: regroup.%s: key %d is %s, not a number or a string", a, j, describe(k)), 0)
+        end
+        b.episodes[j].adv_group = k
+      end
+    end
+  end
+end
+
+-- trigram_groups(texts [, threshold = 0.5]) -> one key per text: texts whose byte-trigram sets
+-- have a Jaccard similarity >= threshold are linked, and each connected set (single linkage) is
+-- keyed by the index of its first text. A text shorter than three bytes is its own trigram.
+function M.trigram_groups(texts, threshold)
+  if not argcheck.is_list(texts) then error("rl.multi.trigram_groups: texts: a list of strings expected", 2) end
+  for i, t in ipairs(texts) do
+    if type(t) ~= "string" then error(string.format("rl.multi.trigram_groups: texts[%d]: a string expected", i), 2) end
+  end
+  threshold = threshold or 0.5
+  if not argcheck.finite(threshold) or threshold < 0 or threshold > 1 then
+    error("rl.multi.trigram_groups: threshold: a number in [0, 1] expected", 2)
+  end
+  local sets, sizes = {}, {}
+  for i, t in ipairs(texts) do
+    local set, n = {}, 0
+    for p = 1, math.max(1, #t - 2) do
+      local g = t:sub(p, p + 2)
+      if not set[g] then set[g], n = true, n + 1 end
+    end
+    sets[i], sizes[i] = set, n
+  end
+  local parent = {}
+  for i = 1, #texts do parent[i] = i end
+  local function root(i)
+    while parent[i] ~= i do i = parent[i] end
+    return i
+  end
+  for i = 1, #texts do
+    for j = i + 1, #texts do
+      local common = 0
+      for g in pairs(sets[i]) do if sets[j][g] then common = common + 1 end end
+      local union = sizes[i] + sizes[j] - common
+      if union > 0 and common / union >= threshold then
+        local a, b = root(i), root(j)
+        if a ~= b then parent[math.max(a, b)] = math.min(a, b) end
+      end
+    end
+  end
+  local out = {}
+  for i = 1, #texts do out[i] = root(i) end
   return out
 end
 
@@ -621,6 +706,7 @@ local function step_once(ctx, step)
   local mt = { step = step, ["time/rollout"] = core.clock() - t0 }
   rollout_metrics(mt, c, r, "")
   local t1 = core.clock()
+  M.regroup(c, r.batches)
   local values = M.advantages(c, r.batches)
   for _, a in ipairs(c.env.agents) do
     local m = 0

@@ -141,6 +141,29 @@ function M.announced_start(seed, start, epochs)
   return path, sft
 end
 
+-- arms_of_seed(seed, start, epochs, arms, run_arm) -> rows: one seed of a recipe whose arms share a
+-- warm start: announced_start(seed, start, epochs), then run_arm(seed, path, arm) -> row [,
+-- start_row] for each arm in order; rows are the arms' rows, then the start rows they returned
+-- (in arm order), and the line "seed <s>: <seconds> s" is printed at the end.
+function M.arms_of_seed(seed, start, epochs, arms, run_arm)
+  if type(arms) ~= "table" or #arms == 0 then error("rl.recipe.arms_of_seed: arms: a list of arm names expected", 2) end
+  if type(run_arm) ~= "function" then
+    error("rl.recipe.arms_of_seed: run_arm: a function(seed, path, arm) -> row [, start_row] expected", 2)
+  end
+  local t0 = core.clock()
+  local path = M.announced_start(seed, start, epochs)
+  local rows, starts = {}, {}
+  for _, arm in ipairs(arms) do
+    local row, first = run_arm(seed, path, arm)
+    if type(row) ~= "table" then error("rl.recipe.arms_of_seed: run_arm returned no row for arm " .. tostring(arm), 2) end
+    rows[#rows + 1] = row
+    if first ~= nil then starts[#starts + 1] = first end
+  end
+  for _, r in ipairs(starts) do rows[#rows + 1] = r end
+  print(string.format("seed %d: %.0f s", seed, core.clock() - t0))
+  return rows
+end
+
 -- report(first, n, run, print_table) -> runs: over_seeds(first, n, run), run(seed) returning one
 -- seed's rows; with n > 1 each seed's table is printed as it ends (print_table({rows},
 -- "seed <s>")); then the table over all of them, print_table(runs, title), title "seed <first>"

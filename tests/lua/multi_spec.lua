@@ -122,6 +122,31 @@ describe("rl.multi.train", function()
     assert.are_not.equal(w0, weights(m, dir, "w1"))
   end)
 
+  it("normalises an agent's rows in the groups regroup gives them: its rows each step, one key each", function()
+    local calls, seen = 0, 0
+    local function train(regroup)
+      return rl.multi.train(opts(dir, { regroup = regroup, agents = { lead = { model = model(1), tokenizer = tok },
+        follow = { model = model(2), tokenizer = tok } } }))
+    end
+    -- every follower row of the step in one group, across the two prompt groups
+    local r = train { follow = function(rows)
+      calls = calls + 1
+      local keys = {}
+      for j, row in ipairs(rows) do
+        assert.matches("^lead said: ", row.given)
+        keys[j], seen = "all", seen + 1
+      end
+      return keys
+    end }
+    assert.are.equal(2, calls)
+    assert.are.equal(2 * 8, seen)
+    local plain = train(nil)
+    -- step 2 (the follower's rewards differ within its groups): the lead's advantages are the
+    -- same (step 1 gave the follower nothing to learn), the follower's are not
+    assert.are.equal(plain.history[3]["adv/lead/abs_max"], r.history[3]["adv/lead/abs_max"])
+    assert.are_not.equal(plain.history[3]["adv/follow/abs_max"], r.history[3]["adv/follow/abs_max"])
+  end)
+
   it("is deterministic given the seed: metrics, trace and weights", function()
     local function run(name)
       local lead, follow = model(1), model(2)
@@ -334,6 +359,90 @@ describe("rl.multi.advantages", function()
     assert.is_true(wise.planner[1] > 0 and wise.planner[2] < 0)
     assert.is_true(math.abs(got.planner[2] - wise.planner[2]) > 0.1)
   end)
+
+  it("normalises an agent's rows within the groups regroup gives them, the other agents' as before", function()
+    -- the executor's rows regrouped by reward parity, across prompt groups: {30, 6, 20} and {13, 17}
+    local regroup = { executor = function(rows)
+      local keys = {}
+      for j, row in ipairs(rows) do keys[j] = row.reward % 2 == 0 and "even" or 7 end
+      return keys
+    end }
+    local c = { env = env, advantage = "drmas", norm_adv_by_std = true, adv_epsilon = eps, regroup = regroup }
+    local b = batches(spec, ids)
+    rl.multi.regroup(c, b)
+    assert.are.same({ "even", "even", 7, "even", 7 }, { b.executor.episodes[1].adv_group, b.executor.episodes[2].adv_group,
+      b.executor.episodes[3].adv_group, b.executor.episodes[4].adv_group, b.executor.episodes[5].adv_group })
+    assert.is_nil(b.planner.episodes[1].adv_group)
+    local got = rl.multi.advantages(c, b)
+    local plain = rl.multi.advantages({ env = env, advantage = "drmas", norm_adv_by_std = true, adv_epsilon = eps },
+      batches(spec, ids))
+    assert.are.same(plain.planner, got.planner)
+    for j, r in ipairs(spec.executor) do
+      local xs = {}
+      for _, q in ipairs(spec.executor) do if q[1] % 2 == r[1] % 2 then xs[#xs + 1] = q[1] end end
+      local m, s = stats(xs)
+      assert.is_true(math.abs(got.executor[j] - (r[1] - m) / (s + eps)) < 1e-5, "executor row " .. j)
+    end
+  end)
+
+  it("refuses regroup keys that are not one number or string per row", function()
+    local function with(f)
+      local c = { env = env, advantage = "drmas", regroup = { executor = f } }
+      return function() rl.multi.regroup(c, batches(spec, ids)) end
+    end
+    H.assert_error(with(function() return { 1, 2 } end), "regroup.executor returned")
+    H.assert_error(with(function() return { 1, 2, 3, 4, {} } end), "regroup.executor: key 5 is")
+    H.assert_error(with(function() return nil end), "not a list of 5 keys")
+  end)
+end)
+
+describe("rl.multi.trigram_groups", function()
+  -- Jaccard of byte-trigram sets, written out
+  local function jaccard(a, b)
+    local function grams(t)
+      local set = {}
+      for p = 1, math.max(1, #t - 2) do set[t:sub(p, p + 2)] = true end
+      return set
+    end
+    local x, y, common, union = grams(a), grams(b), 0, 0
+    for g in pairs(x) do union = union + 1 if y[g] then common = common + 1 end end
+    for g in pairs(y) do if not x[g] then union = union + 1 end end
+    return common / union
+  end
+
+  it("links texts at Jaccard >= threshold and keys each connected set by its first text", function()
+    local texts = { "ann boss", "kim city", "ann boss", "ann bos", "kim cit", "zed pet", "ann boss " }
+    local got = rl.multi.trigram_groups(texts, 0.5)
+    assert.are.equal(#texts, #got)
+    -- the same key exactly when a chain of links >= 0.5 joins two texts (checked by a closure here)
+    local reach = {}
+    for i = 1, #texts do
+      reach[i] = { [i] = true }
+      for j = 1, #texts do if jaccard(texts[i], texts[j]) >= 0.5 then reach[i][j] = true end end
+    end
+    for _ = 1, #texts do
+      for i = 1, #texts do
+        for j in pairs(reach[i]) do for k in pairs(reach[j]) do reach[i][k] = true end end
+      end
+    end
+    for i = 1, #texts do
+      local first = i
+      for j = 1, i do if reach[i][j] then first = j break end end
+      assert.are.equal(first, got[i], texts[i])
+    end
+    assert.are.equal(1, got[4]) -- "ann bos": 5 of 6 trigrams shared with "ann boss"
+    assert.are.equal(6, got[6]) -- alone
+    assert.is_true(jaccard("ann boss", "kim boss") < 0.5 and got[2] ~= got[1])
+    assert.are.same({ 1, 1, 1 }, rl.multi.trigram_groups({ "ab", "ab", "ab" }))
+    assert.are.same({ 1, 2, 3 }, rl.multi.trigram_groups({ "ann boss", "ann city", "ann pet" }, 0.5))
+    assert.are.same({ 1, 1, 1 }, rl.multi.trigram_groups({ "ann boss", "ann city", "ann pet" }, 0))
+  end)
+
+  it("refuses what is not a list of strings and a threshold outside [0, 1]", function()
+    H.assert_error(function() rl.multi.trigram_groups("x") end, "texts: a list of strings")
+    H.assert_error(function() rl.multi.trigram_groups({ "a", 2 }) end, "texts[2]: a string")
+    H.assert_error(function() rl.multi.trigram_groups({ "a" }, 1.5) end, "threshold: a number in [0, 1]")
+  end)
 end)
 
 describe("rl.multi options", function()
@@ -376,6 +485,9 @@ describe("rl.multi options", function()
     o = base()
     o.agents.lead.sft = { exampels = 4 }
     fails(o, { "agents.lead.sft", "exampels" })
+    fails(base { regroup = { leed = function() end } }, "regroup: 'leed' is not an agent of relay")
+    fails(base { regroup = { lead = 3 } }, "regroup.lead: a function")
+    fails(base { regroup = { lead = function() end }, advantage = "grpo" }, "regroup: needs advantage = \"drmas\"")
   end)
 
   it("refuses a frozen agent that shares its model with a trainable one", function()

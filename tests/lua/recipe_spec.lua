@@ -183,6 +183,29 @@ describe("rl.recipe.announced_start", function()
     assert.are.same({ "seed 2: SFT warm start ...", "  SFT: reused /x/old.bin" }, lines)
   end)
 
+  it("arms_of_seed: the start once, each arm on its path, the arms' rows then their start rows", function()
+    local calls = {}
+    local lines, rows = capture(function()
+      return R.arms_of_seed(4, function(seed)
+        calls[#calls + 1] = "start " .. seed
+        return "/x/s4.bin", { examples = 5, loss = 1, seconds = 2 }
+      end, 2, { "a", "b", "c" }, function(seed, path, arm)
+        calls[#calls + 1] = arm .. " " .. seed .. " " .. path
+        return { arm = arm }, arm ~= "b" and { arm = arm .. "@0" } or nil
+      end)
+    end)
+    assert.are.same({ "start 4", "a 4 /x/s4.bin", "b 4 /x/s4.bin", "c 4 /x/s4.bin" }, calls)
+    assert.are.same({ { arm = "a" }, { arm = "b" }, { arm = "c" }, { arm = "a@0" }, { arm = "c@0" } }, rows)
+    assert.are.equal("seed 4: SFT warm start ...", lines[1])
+    assert.matches("^seed 4: %d+ s$", lines[#lines])
+    local start = function() return "/x", { examples = 0 } end
+    H.assert_error(function() R.arms_of_seed(1, start, 1, {}, function() end) end, "arms: a list of arm names")
+    H.assert_error(function() R.arms_of_seed(1, start, 1, { "a" }, nil) end, "run_arm: a function")
+    capture(function()
+      H.assert_error(function() R.arms_of_seed(1, start, 1, { "a" }, function() end) end, "no row for arm a")
+    end)
+  end)
+
   it("names a bad argument and a start that returns the wrong things", function()
     H.assert_error(function() R.announced_start(1.5, function() end, 1) end, "seed: an integer")
     H.assert_error(function() R.announced_start(1, "start", 1) end, "start: a function")

@@ -668,6 +668,33 @@ function M.dpepo_weights(turns, opts)
         last[i] = a
       end
     end
+
+-- ---------------------------------------------------------------- batch-wide structure term
+
+-- structure_term(scores, keys [, epsilon = 1e-6]) -> one value per episode: DR-MMSearch's
+-- batch-wide comparison of trajectories of like structure (spec reproductions.md 3.2, a chosen
+-- reading): episodes with the same key (any string: e.g. the sequence of their action kinds) form
+-- one class across the whole batch, whatever their prompt group, and an episode's value is
+-- (S - class mean) / (class sample sd + epsilon); 0 in a class of one.
+function M.structure_term(scores, keys, epsilon)
+  if not argcheck.is_list(scores) then argcheck.fail("advantage.structure_term", "scores: a list of numbers expected", 2) end
+  if not argcheck.is_list(keys) or #keys ~= #scores then
+    argcheck.fail("advantage.structure_term", "keys: a list as long as scores expected", 2)
+  end
+  for i = 1, #scores do
+    if not argcheck.finite(scores[i]) then
+      argcheck.fail("advantage.structure_term", string.format("scores[%d]: a finite number expected", i), 2)
+    end
+    if type(keys[i]) ~= "string" then argcheck.fail("advantage.structure_term", string.format("keys[%d]: a string expected", i), 2) end
+  end
+  local eps = epsilon or 1e-6
+  local sum, count, sq = {}, {}, {}
+  for i, k in ipairs(keys) do sum[k], count[k] = (sum[k] or 0) + scores[i], (count[k] or 0) + 1 end
+  for i, k in ipairs(keys) do sq[k] = (sq[k] or 0) + (scores[i] - sum[k] / count[k]) ^ 2 end
+  local out = {}
+  for i, k in ipairs(keys) do
+    local n = count[k]
+    out[i] = n > 1 and (scores[i] - sum[k] / n) / (math.sqrt(sq[k] / (n - 1)) + eps) or 0
   end
   return out
 end
@@ -726,6 +753,42 @@ function M.dpepo(opts)
   end
 end
 M.register("dpepo", M.dpepo())
+
+-- structure{base = "grpo", weight = 0.5, key = function(ep) -> string} -> an estimator: base's
+-- advantage plus weight x structure_term of the episodes' scores keyed by key(ep), given to each
+-- episode's sampled tokens. batch.structure keeps the term (one value per episode).
+function M.structure(opts)
+  local o = argcheck.fields("rl.train.advantage.structure", opts or {}, {
+    { "base", "grpo", argcheck.string }, { "weight", 0.5, argcheck.number() },
+    { "key", nil, argcheck.func, required = true },
+  }, 2)
+  local est = registry[o.base]
+  if not est then argcheck.fail("rl.train.advantage.structure", "base: no estimator named " .. argcheck.describe(o.base), 2) end
+  if est.critic then argcheck.fail("rl.train.advantage.structure", "base: an estimator without a critic expected", 2) end
+  return function(ctx, batch)
+    local keys = {}
+    for i, ep in ipairs(batch.episodes) do
+      local k = o.key(ep)
+      if type(k) ~= "string" then
+        error("rl.train.advantage.structure: key(ep) returned " .. argcheck.describe(k) .. ", not a string", 0)
+      end
+      keys[i] = k
+    end
+    local adv, per_episode = est.fn(ctx, batch)
+    local scores = M.scores(batch)
+    local term = M.structure_term(scores, keys, ctx.cfg.adv_epsilon)
+    local per = {}
+    for i = 1, #term do
+      local first, last = batch:range(i)
+      for p = first, last do
+        if batch.mask:get(p) ~= 0 then adv:set(p, adv:get(p) + o.weight * term[i]) end
+      end
+      per[i] = per_episode[i] + o.weight * term[i]
+    end
+    batch.structure = term
+    return adv, per
+  end
+end
 
 -- The estimator a configuration names: cfg.advantage is a registered name or a function.
 function M.estimator(c)
