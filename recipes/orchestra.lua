@@ -29,10 +29,12 @@ package.path = root .. "/?.lua;" .. package.path
 local env = require "envs.orchestra"
 local R = rl.recipe
 
-local o, why = R.args(arg, { seed = 1, seeds = 1, arms = "drgrpo", steps = 60, tasks = 16, group = 8,
+local o, why = R.args(arg, { seed = 1, seeds = 1, arms = "drgrpo", steps = 100, tasks = 16, group = 8, minibatch = 32,
   sft_examples = 2000, sft_epochs = 2, eval_tasks = 400, lr = 5e-4, trace = 2, dir = root .. "/runs", smoke = false })
 if not o then error("orchestra.lua: " .. why, 0) end
-if o.smoke then o.steps, o.tasks, o.group, o.sft_examples, o.sft_epochs, o.eval_tasks = 2, 4, 4, 60, 1, 24 end
+if o.smoke then
+  o.steps, o.tasks, o.group, o.minibatch, o.sft_examples, o.sft_epochs, o.eval_tasks = 2, 4, 4, 8, 60, 1, 24
+end
 if o.trace < 0 then error("orchestra.lua: --trace: an integer >= 0 expected", 0) end
 if o.steps < 1 then error("orchestra.lua: --steps: an integer >= 1 expected", 0) end
 local arms = {}
@@ -154,7 +156,7 @@ local function run_arm(seed, sft_path, arm)
   local result = rl.train {
     model = m, tokenizer = tok, env = env, name = string.format("orchestra-%s-s%d", arm, seed), dir = o.dir,
     seed = seed, overwrite = true, steps = o.steps, tasks_per_step = o.tasks, group_size = o.group,
-    minibatch = o.tasks * o.group, max_turn_tokens = TURN_TOKENS, temperature = 1.0,
+    minibatch = o.minibatch, max_turn_tokens = TURN_TOKENS, temperature = 1.0,
     advantage = arm, loss = "ppo", clip_low = 0.2, clip_high = 0.28, lr = o.lr, schedule = "cosine",
     min_lr = o.lr / 10, evaluate = held_out, eval = { every = o.steps, tasks = #HELD, k = 1 }, progress = false,
     log = log_with_trace,
