@@ -10,6 +10,7 @@ local rl = require "moonrl"
 
 package.path = H.root .. "/?.lua;" .. package.path
 local orch = require "envs.orchestra"
+local router = require "envs.router"
 
 -- The tables as the header states them, written out again: p(right) by {one op small, one op
 -- large, two ops} and cost.
@@ -213,6 +214,77 @@ describe("envs/orchestra.lua", function()
   end)
 end)
 
+describe("envs/router.lua", function()
+  local SKILL = { ann = { ["+"] = 0.95, ["-"] = 0.50, ["*"] = 0.40 }, bo = { ["+"] = 0.50, ["-"] = 0.95, ["*"] = 0.40 },
+    cy = { ["+"] = 0.55, ["-"] = 0.55, ["*"] = 0.90 } }
+
+  it("routes each part to the named solver with its skill, and scores the team only when all are right", function()
+    local tasks = router.tasks("train", 400, 2)
+    local names = { "ann", "bo", "cy" }
+    for i, t in ipairs(tasks) do
+      local acts = { names[i % 3 + 1], names[(i // 3) % 3 + 1], names[(i // 9) % 3 + 1] }
+      local inst = router.new()
+      assert.are.equal(string.format("1: %d%s%d", t.parts[1].a, t.parts[1].op, t.parts[1].b), inst:reset(t))
+      local o1, r1, d1 = inst:step(acts[1], nil)
+      assert.are.same({ string.format("2: %d%s%d", t.parts[2].a, t.parts[2].op, t.parts[2].b), 0, false }, { o1, r1, d1 })
+      inst:step(acts[2], nil)
+      local o3, r3, d3, info = inst:step(acts[3], nil)
+      assert.is_nil(o3)
+      assert.is_true(d3)
+      -- the draws, as the header says: per part {u, offset} for the routed solver, then the default's
+      local rng = rl.rng(rl.envkit.seed(t.seed, "router solvers"))
+      local all = true
+      for k, q in ipairs(t.parts) do
+        local u, _ = rng:random(), rng:random()
+        local du = rng:random()
+        rng:random()
+        local gold = calc(q.a, q.op, q.b)
+        assert.are.equal(gold, info.gold[k])
+        assert.are.equal(u < SKILL[acts[k]][q.op], info.outputs[k] == gold)
+        assert.are.equal(du < 0.5, info.defaults[k] == gold)
+        all = all and info.outputs[k] == gold
+      end
+      assert.are.equal(all and 1 or 0, r3)
+      assert.are.equal(all, info.success)
+    end
+  end)
+
+  it("gives each part's marginal contribution: team reward minus the team's with its output defaulted", function()
+    local tasks = router.tasks("train", 500, 8)
+    local nonzero, background = 0, 0
+    for i, t in ipairs(tasks) do
+      local info = router.play(t, router.oracle(t, rl.rng(i)))
+      local mc = router.marginal(info)
+      local right = {}
+      for k = 1, 3 do right[k] = info.outputs[k] == info.gold[k] end
+      local team = (right[1] and right[2] and right[3]) and 1 or 0
+      for k = 1, 3 do
+        local others = true
+        for j = 1, 3 do if j ~= k then others = others and right[j] end end
+        local cf = (others and info.defaults[k] == info.gold[k]) and 1 or 0
+        assert.are.equal(cf, router.counterfactual(info, k))
+        assert.are.equal(team - cf, mc[k])
+        if mc[k] ~= 0 then nonzero = nonzero + 1 end
+        if not others then
+          assert.are.equal(0, mc[k]) -- background-dependent: no credit while another part is wrong
+          background = background + 1
+        end
+      end
+    end
+    assert.is_true(nonzero > 50 and background > 50)
+  end)
+
+  it("names the expert per operation and counts an unknown solver as no output", function()
+    assert.are.same({ "ann", "bo", "cy" }, { router.expert("+"), router.expert("-"), router.expert("*") })
+    local t = router.tasks("test", 1, 1)[1]
+    local info = router.play(t, { "zed", "ann", "ann" })
+    assert.is_nil(info.outputs[1])
+    assert.are.equal("none", info.solvers[1])
+    assert.is_false(info.success)
+    H.assert_error(function() router.tasks("x", 1, 1) end, "split: \"train\" or \"test\" expected")
+  end)
+end)
+
 local function recipe(name, dir, extra)
   return H.run(table.concat({ H.shell_quote(H.moonrl), "run", H.shell_quote(H.root .. "/recipes/" .. name .. ".lua"),
     "--smoke", extra or "", "--dir", H.shell_quote(dir) }, " "))
@@ -291,5 +363,43 @@ describe("recipes/orchestra.lua", function()
     assert.matches("unknown arm 'ppo'", bad)
     bad = H.run(H.shell_quote(H.moonrl) .. " run " .. H.shell_quote(H.root .. "/recipes/orchestra.lua") .. " --trace -1")
     assert.matches("%-%-trace: an integer >= 0", bad)
+  end)
+end)
+
+describe("recipes/marginal.lua", function()
+  local dir = H.tmpdir()
+  local out, code = recipe("marginal", dir)
+  teardown(function() H.sh("rm -rf " .. H.shell_quote(dir)) end)
+
+  it("prints the three arms, the warm start and the scripted rows, with the exact evaluations per batch", function()
+    assert.are.equal(0, code, out)
+    local tbl = table_of(out, "marginal")
+    assert.is_truthy(tbl, out)
+    assert.matches("arm%s+team%%%s+part%%%s+expert%%%s+exact/b%s+s/step", tbl)
+    for _, arm in ipairs { "wta", "mc", "mc_budget", "SFT", "random", "expert" } do
+      local team, part, expert = tbl:match("\n" .. arm .. "%s+([%d.]+)%s+([%d.]+)%s+([%d.]+)")
+      assert.is_truthy(team, arm .. "\n" .. tbl)
+      for _, v in ipairs { team, part, expert } do assert.is_true(tonumber(v) >= 0 and tonumber(v) <= 100, arm) end
+    end
+    -- 4 problems x 4 episodes x 3 turns a batch: every turn exact, a quarter of them, none
+    assert.matches("\nmc%s+[%d.]+%s+[%d.]+%s+[%d.]+%s+48", tbl)
+    assert.matches("\nmc_budget%s+[%d.]+%s+[%d.]+%s+[%d.]+%s+12", tbl)
+    assert.matches("\nwta%s+[%d.]+%s+[%d.]+%s+[%d.]+%s+0", tbl)
+    assert.matches("\nexpert%s+[%d.]+%s+[%d.]+%s+100%.0", tbl)
+  end)
+
+  it("prints the same table for the same seed", function()
+    local dir2 = H.tmpdir()
+    local out2, code2 = recipe("marginal", dir2)
+    assert.are.equal(0, code2, out2)
+    assert.are.equal(table_of(out, "marginal"), table_of(out2, "marginal"))
+    H.sh("rm -rf " .. H.shell_quote(dir2))
+  end)
+
+  it("refuses an unknown arm and a budget outside (0, 1]", function()
+    local cmd = H.shell_quote(H.moonrl) .. " run " .. H.shell_quote(H.root .. "/recipes/marginal.lua")
+    assert.matches("unknown arm 'coma'", (H.run(cmd .. " --arms wta,coma")))
+    assert.matches("%-%-budget: a fraction in %(0, 1%]", (H.run(cmd .. " --budget 0")))
+    assert.matches("%-%-budget: a fraction in %(0, 1%]", (H.run(cmd .. " --budget 1.5")))
   end)
 end)
