@@ -17,7 +17,8 @@
 -- A wrong solver returns the right value off by 1, 2 or 10 (either sign). Any other action than
 -- a solver's name leaves the part without an output (wrong). Outcomes are deterministic from
 -- the task: each part draws its uniforms from the task's seed (the same whichever solver is
--- chosen, in every episode of the task and in every arm), the default its own.
+-- chosen, in every episode of the task and in every arm), and the default's output on a part
+-- uses the same ones (the counterfactual keeps the part's luck and changes only the skill).
 --
 -- The last turn's info has gold, outputs (each part's output, nil for none), defaults (the
 -- default solver's output per part), solvers (the chosen names) and success.
@@ -94,15 +95,14 @@ local function output(p, answer, u)
   return answer + OFFSETS[math.floor(u[2] * #OFFSETS) + 1]
 end
 
--- The uniforms of a task: per part {u, offset} for the routed solver and for the default.
+-- The uniforms of a task: per part {u, offset}, for whichever solver gets it and for the
+-- default (a counterfactual with the same luck: the default is right on a part exactly when
+-- u < 0.5, so it differs from the routed solver only by its skill).
 function M.draws(task)
   local rng = rl.rng(rl.envkit.seed(task.seed, "router solvers"))
-  local routed, default = {}, {}
-  for k = 1, #task.parts do
-    routed[k] = { rng:random(), rng:random() }
-    default[k] = { rng:random(), rng:random() }
-  end
-  return routed, default
+  local u = {}
+  for k = 1, #task.parts do u[k] = { rng:random(), rng:random() } end
+  return u
 end
 
 -- ---------------------------------------------------------------- team reward and credit
@@ -140,7 +140,7 @@ end
 
 function Episode:reset(task)
   self.task, self.k, self.outputs, self.solvers = task, 1, {}, {}
-  self.u, self.du = M.draws(task)
+  self.u = M.draws(task)
   return ask(task, 1)
 end
 
@@ -157,7 +157,7 @@ function Episode:step(action, parsed)
   local gold, defaults = {}, {}
   for j, q in ipairs(self.task.parts) do
     gold[j] = q.answer
-    defaults[j] = output(M.DEFAULT[q.op], q.answer, self.du[j])
+    defaults[j] = output(M.DEFAULT[q.op], q.answer, self.u[j])
   end
   local r = M.team_reward(self.outputs, gold)
   return nil, r, true, { solver = self.solvers[k], success = r == 1, gold = gold, outputs = self.outputs,

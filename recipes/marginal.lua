@@ -18,9 +18,9 @@
 -- the random router (the SFT demonstrator) and the expert routing (the upper bound).
 -- Expected per the paper: marginal contributions beat winner-take-all at equal generation cost.
 --
---   moonrl run recipes/marginal.lua [--seed 1] [--seeds 3] [--arms wta,mc,mc_budget] [--steps 40]
---     [--tasks 16] [--group 8] [--budget 0.25] [--sft-examples 1500] [--sft-epochs 2]
---     [--eval-tasks 300] [--lr 5e-4] [--dir runs] [--smoke]
+--   moonrl run recipes/marginal.lua [--seed 1] [--seeds 3] [--arms wta,mc,mc_budget] [--steps 80]
+--     [--tasks 16] [--group 8] [--minibatch 32] [--budget 0.25] [--sft-examples 1500]
+--     [--sft-epochs 2] [--eval-tasks 300] [--lr 1e-3] [--dir runs] [--smoke]
 --
 -- Files go to <dir>/marginal-<arm>-s<seed>/; the warm start to <dir>/marginal-sft-s<seed>.bin.
 local rl = require "moonrl"
@@ -30,11 +30,13 @@ package.path = root .. "/?.lua;" .. package.path
 local env = require "envs.router"
 local R = rl.recipe
 
-local o, why = R.args(arg, { seed = 1, seeds = 1, arms = "wta,mc,mc_budget", steps = 40, tasks = 16, group = 8,
-  budget = 0.25, sft_examples = 1500, sft_epochs = 2, eval_tasks = 300, lr = 5e-4, dir = root .. "/runs",
-  smoke = false })
+local o, why = R.args(arg, { seed = 1, seeds = 1, arms = "wta,mc,mc_budget", steps = 80, tasks = 16, group = 8,
+  minibatch = 32, budget = 0.25, sft_examples = 1500, sft_epochs = 2, eval_tasks = 300, lr = 1e-3,
+  dir = root .. "/runs", smoke = false })
 if not o then error("marginal.lua: " .. why, 0) end
-if o.smoke then o.steps, o.tasks, o.group, o.sft_examples, o.sft_epochs, o.eval_tasks = 2, 4, 4, 60, 1, 24 end
+if o.smoke then
+  o.steps, o.tasks, o.group, o.minibatch, o.sft_examples, o.sft_epochs, o.eval_tasks = 2, 4, 4, 8, 60, 1, 24
+end
 if o.budget <= 0 or o.budget > 1 then error("marginal.lua: --budget: a fraction in (0, 1] expected", 0) end
 local KNOWN = { wta = true, mc = true, mc_budget = true }
 local arms = {}
@@ -204,7 +206,7 @@ local function run_arm(seed, sft_path, arm)
   local result = rl.train {
     model = m, tokenizer = tok, env = env, name = string.format("marginal-%s-s%d", arm, seed), dir = o.dir,
     seed = seed, overwrite = true, steps = o.steps, tasks_per_step = o.tasks, group_size = o.group,
-    minibatch = o.tasks * o.group, max_turn_tokens = 8, temperature = 1.0, advantage = advantage,
+    minibatch = o.minibatch, max_turn_tokens = 8, temperature = 1.0, advantage = advantage,
     loss = "ppo", clip_low = 0.2, clip_high = 0.28, lr = o.lr, evaluate = held_out,
     eval = { every = o.steps, tasks = #HELD, k = 1 }, progress = false, log_episodes = 2,
     on_step = function(_, mt)

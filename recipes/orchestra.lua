@@ -3,8 +3,13 @@
 -- and routes each (sub)task to a frozen scripted worker (cheap: 70% right, cost 1; strong: 95%,
 -- cost 10) with a primitive (direct or tool), for reward = correct - 0.02 x cost. The policy is
 -- warm-started by SFT on the random router (uniform over the valid actions: a mixed-routing
--- oracle), then trained with GRPO. Rows on the same held-out problems (greedy for the policies):
---   grpo            SFT + GRPO
+-- oracle), then trained with a GRPO estimator, the same seed, tasks and steps per arm. Rows on
+-- the same held-out problems (greedy for the policies):
+--   drgrpo          SFT + Dr. GRPO (each episode's reward minus its group's mean, no division by
+--                   the group's std: the default)
+--   grpo            SFT + GRPO (divided by the std too; within a group whose workers are all
+--                   right the rewards differ only by cost, and the std turns those few
+--                   hundredths into full-size advantages for the cheapest route)
 --   SFT             the warm start
 --   always cheap    "solve cheap direct" on everything (scripted)
 --   always strong   "solve strong direct" on everything (scripted)
@@ -15,11 +20,11 @@
 -- split, share of dispatches to the strong worker, share with the tool primitive).
 -- Expected per the paper: near-strong accuracy at several-fold lower cost than always-strong.
 --
---   moonrl run recipes/orchestra.lua [--seed 1] [--seeds 3] [--steps 60] [--tasks 16] [--group 8]
---     [--sft-examples 2000] [--sft-epochs 2] [--eval-tasks 400] [--lr 1e-3] [--trace 2]
---     [--dir runs] [--smoke]
+--   moonrl run recipes/orchestra.lua [--seed 1] [--seeds 3] [--arms drgrpo,grpo] [--steps 100]
+--     [--tasks 16] [--group 8] [--minibatch 32] [--sft-examples 2000] [--sft-epochs 2]
+--     [--eval-tasks 400] [--lr 5e-4] [--trace 2] [--dir runs] [--smoke]
 --
--- Files go to <dir>/orchestra-grpo-s<seed>/ (metrics.jsonl, episodes.jsonl and trace.jsonl: the
+-- Files go to <dir>/orchestra-<arm>-s<seed>/ (metrics.jsonl, episodes.jsonl and trace.jsonl: the
 -- orchestration trace of `--trace` episodes a step, rl.multi's schema, every dispatch with its
 -- worker, primitive, subtask and cost); the warm start to <dir>/orchestra-sft-s<seed>.bin.
 local rl = require "moonrl"
@@ -29,7 +34,7 @@ package.path = root .. "/?.lua;" .. package.path
 local env = require "envs.orchestra"
 local R = rl.recipe
 
-local o, why = R.args(arg, { seed = 1, seeds = 1, arms = "drgrpo", steps = 100, tasks = 16, group = 8, minibatch = 32,
+local o, why = R.args(arg, { seed = 1, seeds = 1, arms = "drgrpo,grpo", steps = 100, tasks = 16, group = 8, minibatch = 32,
   sft_examples = 2000, sft_epochs = 2, eval_tasks = 400, lr = 5e-4, trace = 2, dir = root .. "/runs", smoke = false })
 if not o then error("orchestra.lua: " .. why, 0) end
 if o.smoke then
