@@ -148,7 +148,7 @@ function M.new() return setmetatable({}, Episode) end
 local SLOTS = { "solve", "s1", "s2" }
 
 function Episode:reset(task)
-  self.task, self.stage, self.cost, self.dispatches = task, "top", 0, 0
+  self.task, self.stage, self.cost = task, "top", 0
   local rng = rl.rng(rl.envkit.seed(task.seed, "orchestra workers"))
   self.u = {}
   for _, s in ipairs(SLOTS) do self.u[s] = { rng:random(), rng:random() } end
@@ -172,7 +172,7 @@ function Episode:dispatch(slot, w, p, sub, given)
   end
   local got, right = M.work(w, p, value, ops, large, self.u[slot])
   local cost = M.COST[w][p]
-  self.cost, self.dispatches = self.cost + cost, self.dispatches + 1
+  self.cost = self.cost + cost
   return got, -M.cost_weight * cost, { dispatch = { by = "orchestrator", to = w, primitive = p, slot = slot,
     given = given, returned = tostring(got), cost = cost, right = right }, costs = { cost = cost } }
 end
