@@ -23,10 +23,10 @@
 -- measured seconds per RL step.
 --
 --   moonrl run recipes/dataprm.lua [--seed 1] [--seeds 3] [--arms outcome,aware,naive]
---     [--steps 60] [--tasks 8] [--group 8] [--weight 0.5] [--sft-examples 3000]
---     [--sft-epochs 3] [--eval-tasks 64] [--lr 1e-3] [--dir runs] [--smoke]
+--     [--steps 40] [--tasks 8] [--group 8] [--weight 0.5] [--sft-examples 3000]
+--     [--sft-epochs 3] [--eval-tasks 64] [--lr 3e-4] [--reuse-sft] [--dir runs] [--smoke]
 --
--- --smoke: a tiny run for the test. Files go to <dir>/dataprm-<arm>-s<seed>/ and the warm start
+-- --smoke: a tiny run for the test; --reuse-sft: the warm start already in <dir>, if there is one. Files go to <dir>/dataprm-<arm>-s<seed>/ and the warm start
 -- to <dir>/dataprm-sft-s<seed>.bin.
 local rl = require "moonrl"
 
@@ -35,9 +35,9 @@ package.path = root .. "/?.lua;" .. package.path
 local env = require "envs.table"
 local R = rl.recipe
 
-local o, why = R.args(arg, { seed = 1, seeds = 1, arms = "outcome,aware,naive", steps = 60, tasks = 8, group = 8,
-  weight = 0.5, sft_examples = 3000, sft_epochs = 3, eval_tasks = 64, lr = 1e-3, dir = root .. "/runs",
-  smoke = false })
+local o, why = R.args(arg, { seed = 1, seeds = 1, arms = "outcome,aware,naive", steps = 40, tasks = 8, group = 8,
+  weight = 0.5, sft_examples = 3000, sft_epochs = 3, eval_tasks = 64, lr = 3e-4, reuse_sft = false,
+  dir = root .. "/runs", smoke = false })
 if not o then error("dataprm.lua: " .. why, 0) end
 if o.smoke then
   o.steps, o.tasks, o.group, o.sft_examples, o.sft_epochs, o.eval_tasks = 2, 2, 4, 40, 1, 4
@@ -136,9 +136,14 @@ local function held_out(ctx, bon)
 end
 
 local function warm_start(seed)
+  local path = string.format("%s/dataprm-sft-s%d.bin", o.dir, seed)
+  local f = o.reuse_sft and io.open(path, "rb")
+  if f then
+    f:close()
+    return path, { seconds = 0, loss = 0 / 0, examples = 0 }
+  end
   local m, tok = new_model(seed)
   local t0 = rl.clock()
-  local path = string.format("%s/dataprm-sft-s%d.bin", o.dir, seed)
   local ctx = { cfg = { env = env, max_turns = env.max_turns }, tokenizer = tok }
   local data = rl.train.oracle_examples(ctx, o.sft_examples, rl.train.mix(seed, 0x5EA))
   local r = R.warm_start { model = m, data = data, epochs = o.sft_epochs, path = path,
