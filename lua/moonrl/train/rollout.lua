@@ -29,6 +29,8 @@ local seedlib = require "moonrl.train.seed"
 local tasks = require "moonrl.train.tasks"
 local remote = require "moonrl.remote"
 local diagnostics = require "moonrl.train.diagnostics"
+local score = require "moonrl.train.score"
+local argcheck = require "moonrl.argcheck"
 
 local mix = seedlib.mix
 local M = {}
@@ -152,6 +154,38 @@ function M.run(ctx, req)
   for _, g in ipairs(gates) do gate = diagnostics.add_gate(gate, g) end
   b.gate = gate
   return b
+end
+
+-- noised{sd =, base = M.run} -> a rollout stage that samples from a noised copy of the policy
+-- (exploration by weight noise): before the rollout every parameter tensor w of ctx.model gets
+-- sd x rms(w) x Gaussian noise, drawn from seeds mix(req.seed, k) (k: the tensor's place in the
+-- sorted names), so the same request gets the same noise; base(ctx, req) rolls out; then the
+-- clean weights are copied back (also when base raises) and the batch is rescored under them
+-- (batch.policy_logprobs: the PPO ratio and the gradient are the clean policy's; batch.logprobs
+-- stay the noised sampler's). sd = 0 is the base stage's batch.
+function M.noised(opts)
+  local o = argcheck.fields("rl.train.rollout.noised", opts, {
+    { "sd", nil, argcheck.number(0), required = true },
+    { "base", M.run, argcheck.func },
+  }, 2)
+  local saved = {}
+  return function(ctx, req)
+    local params, names = ctx.model:parameters(), {}
+    for name in pairs(params) do names[#names + 1] = name end
+    table.sort(names)
+    for k, name in ipairs(names) do
+      local w = params[name]
+      saved[name] = saved[name] or w:clone()
+      saved[name]:copy(w)
+      local rms = math.sqrt((w * w):mean())
+      w:add(core.tensor.randn(w:shape(), mix(req.seed, k)):scale(o.sd * rms), w)
+    end
+    local ok, b = pcall(o.base, ctx, req)
+    for _, name in ipairs(names) do params[name]:copy(saved[name]) end
+    if not ok then error(b, 0) end
+    b.policy_logprobs = score.score(ctx.model, b, ctx.cfg.minibatch or math.max(b:size(), 1))
+    return b
+  end
 end
 
 -- The info_gain option's forced function for ro:run, or nil.
