@@ -23,11 +23,13 @@
 -- many problems reached the peak; the share of samples that failed; seconds per generation.
 --
 --   moonrl run recipes/pacevolve.lua [--seed 1] [--seeds 3] [--arms frozen,group,frontier,phase]
---     [--problems 6] [--gens 40] [--samples 8] [--k 4] [--lr 3e-3] [--epochs 2]
+--     [--problems 12] [--gens 40] [--samples 8] [--k 4] [--lr 1e-3] [--epochs 1] [--kl 0.5]
 --     [--sft-examples 3000] [--sft-epochs 3] [--dim 64] [--layers 2] [--dir runs] [--smoke]
 --
 -- Every arm: PPO (clip 0.2 / 0.28), --epochs passes over each generation's samples (one
--- minibatch), lr --lr, the same problems, the same seed per problem (so every arm's first
+-- minibatch), lr --lr, a k3 KL to the SFT advisor with coefficient --kl (0: none; without it the
+-- byte-level advisor loses its output format within a few generations at these learning
+-- rates, and every sample then fails), the same problems, the same seed per problem (so every arm's first
 -- generation is the same sample). --seeds n runs the recipe for seeds seed .. seed + n - 1,
 -- each with its own SFT and problems, then the mean ± spread (sample sd). --smoke is a tiny
 -- run that only shows the recipe works. Files go to <dir>/evolve-<arm>-p<problem>-s<seed>/ and
@@ -39,8 +41,8 @@ package.path = root .. "/?.lua;" .. package.path
 local E = require "envs.evolve"
 local R = rl.recipe
 
-local o, why = R.args(arg, { seed = 1, seeds = 1, arms = "frozen,group,frontier,phase", problems = 6, gens = 40,
-  samples = 8, k = 4, lr = 3e-3, epochs = 2, kl = 0.0, sft_examples = 3000, sft_epochs = 3, dim = 64, layers = 2,
+local o, why = R.args(arg, { seed = 1, seeds = 1, arms = "frozen,group,frontier,phase", problems = 12, gens = 40,
+  samples = 8, k = 4, lr = 1e-3, epochs = 1, kl = 0.5, sft_examples = 3000, sft_epochs = 3, dim = 64, layers = 2,
   dir = root .. "/runs", smoke = false })
 if not o then error("pacevolve.lua: " .. why, 0) end
 if o.smoke then
@@ -135,8 +137,8 @@ local function run_search(seed, sft_path, arm, pi, problem)
     model = m, tokenizer = tok, env = E, name = string.format("evolve-%s-p%d-s%d", arm, pi, seed), dir = o.dir,
     seed = rl.train.mix(seed, pi), overwrite = true, steps = o.gens, tasks_per_step = 1, group_size = o.samples,
     minibatch = o.samples, epochs = o.epochs, max_turn_tokens = 12, loss = "ppo", clip_low = 0.2, clip_high = 0.28,
-    lr = o.lr, kl_coef = o.kl > 0 and o.kl or nil, kl = o.kl > 0 and "k3" or nil, advantage = estimator(arm, st), tasks = st, eval = false, progress = false, plot = false,
-    log_episodes = 1, checkpoint_every = o.gens,
+    lr = o.lr, kl_coef = o.kl > 0 and o.kl or nil, kl = o.kl > 0 and "k3" or nil, advantage = estimator(arm, st),
+    tasks = st, eval = false, progress = false, plot = false, log_episodes = 1, checkpoint_every = o.gens,
     on_step = function(_, mt) secs = secs + mt["time/step"] end,
   }
   local s = summary(st.curve, st.samples, st.failed)
