@@ -17,11 +17,12 @@
 -- time) is shared by every arm. Measured on the three held-out opponents (type, base pairs
 -- never trained on): the greedy policy's mean score over them, and --eval-samples sampled
 -- dialogues' mean score, coins, deal rate and early-rapport rate (a `say fair` among the first
--- two utterances); then the measured seconds per RL step.
+-- two utterances), the sampled score also after each of --rounds (4) equal parts of the run
+-- (how fast each arm learns); then the measured seconds per RL step.
 --
 --   moonrl run recipes/savoir.lua [--seed 1] [--seeds 3] [--arms grpo,uniform,last,savoir]
 --     [--steps 40] [--tasks 8] [--group 8] [--lr 1e-3] [--continuations 4] [--permutations 8]
---     [--sft-examples 3000] [--sft-epochs 3] [--eval-samples 192] [--dim 64] [--layers 2]
+--     [--sft-examples 3000] [--sft-epochs 3] [--eval-samples 192] [--rounds 4] [--dim 64] [--layers 2]
 --     [--dir runs] [--smoke]
 --
 -- --seeds n runs the recipe for seeds seed .. seed + n - 1 (each with its own SFT), then the
@@ -36,12 +37,14 @@ local R = rl.recipe
 local A = rl.train.advantage
 
 local o, why = R.args(arg, { seed = 1, seeds = 1, arms = "grpo,uniform,last,savoir", steps = 40, tasks = 8, group = 8,
-  lr = 1e-3, continuations = 4, permutations = 8, sft_examples = 3000, sft_epochs = 3, eval_samples = 192, dim = 64,
-  layers = 2, dir = root .. "/runs", smoke = false })
+  lr = 1e-3, continuations = 4, permutations = 8, sft_examples = 3000, sft_epochs = 3, eval_samples = 192, rounds = 4,
+  dim = 64, layers = 2, dir = root .. "/runs", smoke = false })
 if not o then error("savoir.lua: " .. why, 0) end
 if o.smoke then
-  o.steps, o.tasks, o.group, o.sft_examples, o.sft_epochs, o.eval_samples, o.dim, o.layers = 2, 2, 4, 300, 1, 12, 32, 1
+  o.steps, o.tasks, o.group, o.sft_examples, o.sft_epochs, o.eval_samples, o.rounds, o.dim, o.layers =
+    2, 2, 4, 300, 1, 12, 2, 32, 1
 end
+if o.rounds < 1 or o.steps % o.rounds ~= 0 then error("savoir.lua: --rounds must divide --steps", 0) end
 local KNOWN = { grpo = true, uniform = true, last = true, savoir = true }
 local ARMS = {}
 for name in o.arms:gmatch("[^,]+") do
@@ -174,7 +177,7 @@ local function run_arm(seed, sft_path, arm)
       step_now = step
       return Hg.tasks("train", count, s)
     end,
-    eval = { every = o.steps, tasks = 1, k = 1 }, evaluate = evaluate, progress = false, plot = false,
+    eval = { every = o.steps // o.rounds, tasks = 1, k = 1 }, evaluate = evaluate, progress = false, plot = false,
     log_episodes = 2,
     on_step = function(_, mt)
       secs, n = secs + mt["time/step"] - (mt["time/eval"] or 0), n + 1
@@ -192,6 +195,13 @@ local function run_arm(seed, sft_path, arm)
   end
   local row = row_of(result.after, arm)
   row.sps = secs / math.max(n, 1)
+  local r = 0
+  for _, h in ipairs(result.history) do
+    if h.step > 0 and h["eval/score"] then
+      r = r + 1
+      row["score" .. r] = h["eval/score"]
+    end
+  end
   print(string.format("  %-8s %d steps  %.2f s/step  greedy %.2f  sampled score %.2f  early rapport %.0f%%", arm,
     o.steps, row.sps, row.greedy, row.score, 100 * row.rapport))
   io.stdout:flush()
@@ -228,19 +238,24 @@ local function print_table(list, title)
   local function cell(v, scale, fmt) return string.format("%" .. w .. "s", R.pm(v, scale, fmt)) end
   print(string.format("\nhaggle, %s; %d steps of %d tasks x %d dialogues; 3 held-out opponents (greedy), %d sampled",
     title, o.steps, o.tasks, o.group, o.eval_samples))
-  local head = { string.format("%-8s", "arm") }
-  for _, h in ipairs { "greedy", "score", "coins", "deal%", "rapport%", "s/step" } do
+  local head = { string.format("%-8s", "arm"), string.format("%" .. w .. "s", "greedy") }
+  for k = 1, o.rounds - 1 do head[#head + 1] = string.format("%" .. w .. "s", "score@" .. k * (o.steps // o.rounds)) end
+  for _, h in ipairs { "score", "coins", "deal%", "rapport%", "s/step" } do
     head[#head + 1] = string.format("%" .. w .. "s", h)
   end
   print(table.concat(head, " "))
   for _, r in ipairs(R.summarise(list, "arm")) do
-    print(table.concat({ string.format("%-8s", r.arm), cell(r.greedy, 1, "%.2f"), cell(r.score, 1, "%.2f"),
-      cell(r.coins, 1, "%.2f"), cell(r.deal), cell(r.rapport), cell(r.sps, 1, "%.2f") }, " "))
+    local line = { string.format("%-8s", r.arm), cell(r.greedy, 1, "%.2f") }
+    for k = 1, o.rounds - 1 do line[#line + 1] = cell(r["score" .. k], 1, "%.2f") end
+    for _, c in ipairs { cell(r.score, 1, "%.2f"), cell(r.coins, 1, "%.2f"), cell(r.deal), cell(r.rapport),
+      cell(r.sps, 1, "%.2f") } do line[#line + 1] = c end
+    print(table.concat(line, " "))
   end
 end
 
 local t_all = rl.clock()
 R.report(o.seed, o.seeds, one_seed, print_table)
-print(string.format("(greedy: the greedy policy's mean score over the 3 held-out opponents; score, coins, deal%%, "
-  .. "rapport%% (say fair among the first two utterances): over the sampled dialogues; s/step: measured, eval "
+print(string.format("(greedy: the greedy policy's mean score over the 3 held-out opponents at the end; score@s: the "
+  .. "sampled dialogues' mean score after step s; score, coins, deal%%, rapport%% (say fair among the first two "
+  .. "utterances): over the sampled dialogues at the end; s/step: measured, eval "
   .. "excluded; %.0f s in all)", rl.clock() - t_all))

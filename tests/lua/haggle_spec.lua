@@ -197,13 +197,18 @@ describe("recipes/savoir.lua", function()
     local out, code = run("--smoke", dir)
     assert.are.equal(0, code, out)
     assert.matches("%(measured: [%d.]+ s per RL step", out)
-    assert.matches("\narm +greedy +score +coins +deal%% +rapport%% +s/step\n", out)
+    assert.matches("\narm +greedy +score@1 +score +coins +deal%% +rapport%% +s/step\n", out)
     for _, arm in ipairs { "grpo", "uniform", "last", "savoir", "SFT" } do
-      local g, s, c, d, r = out:match("\n" .. arm .. " +(%-?[%d.]+) +(%-?[%d.]+) +([%d.]+) +([%d.]+) +([%d.]+) ")
-      assert.is_truthy(g, arm)
-      g, s, c, d, r = tonumber(g), tonumber(s), tonumber(c), tonumber(d), tonumber(r)
-      assert.is_true(g >= -1 and g <= 11 and s >= -1 and s <= 11 and c >= 0 and c <= 10)
-      assert.is_true(d >= 0 and d <= 100 and r >= 0 and r <= 100)
+      local line = out:match("\n(" .. arm .. " [^\n]*)")
+      assert.is_truthy(line, arm)
+      local f = {}
+      for w in line:gmatch("%S+") do f[#f + 1] = w end
+      assert.are.equal(8, #f, line)
+      local g, s1, s, c, d, r = tonumber(f[2]), tonumber(f[3]), tonumber(f[4]), tonumber(f[5]), tonumber(f[6]),
+        tonumber(f[7])
+      assert.is_true(g >= -1 and g <= 11 and s >= -1 and s <= 11 and c >= 0 and c <= 10, line)
+      assert.is_true(d >= 0 and d <= 100 and r >= 0 and r <= 100, line)
+      if arm == "SFT" then assert.are.equal("-", f[3]) else assert.is_true(s1 >= -1 and s1 <= 11, line) end
     end
     assert.matches("\nsolve +[%d.]+ ", out)
     local lines = H.read_json_lines(dir .. "/savoir-savoir-s1/metrics.jsonl")
