@@ -4,14 +4,16 @@
 -- threshold, so its value shows only later. The score (coins + 1 with a deal, -1 without) is the
 -- episode's only reward. Arms, all PPO on the same batches of the same tasks:
 --   grpo     episode GRPO: the score's z within the task's group on every turn;
---   uniform  per-turn rewards score / turns;
---   last     the last utterance takes the whole score, the others 0;
---   savoir   per-turn rewards the utterances' Shapley values (envs/haggle.lua's shapley_credit):
+--   uniform  the episode's advantage split evenly over its turns;
+--   last     the last utterance takes the whole advantage, the others 0;
+--   savoir   the utterances' Shapley values (envs/haggle.lua's shapley_credit):
 --            v(S) the mean score of --continuations (4) default-policy finishes of the dialogue
 --            with the utterances outside S replaced by `ok`, --permutations (8) permutations
 --            drawn from the step's seed and the episode's index.
--- The three per-turn arms normalise their turn rewards within the task's group (mean and
--- population sd over every turn of its episodes) [chosen], each turn's value on its tokens.
+-- Each per-turn arm splits an advantage over the dialogue's turns, each turn's share on its
+-- tokens [chosen]: uniform and last the episode's GRPO advantage (score - group mean) / group sd,
+-- savoir (score - v(none)) / group sd, which the Shapley values split by efficiency; a group
+-- whose scores are all equal gets nothing (as under GRPO).
 --
 -- One SFT warm start per seed on the imperfect demonstrator (rapport first a quarter of the
 -- time) is shared by every arm. Measured on the three held-out opponents (type, base pairs
@@ -22,7 +24,7 @@
 --
 --   moonrl run recipes/savoir.lua [--seed 1] [--seeds 3] [--arms grpo,uniform,last,savoir]
 --     [--steps 40] [--tasks 8] [--group 8] [--lr 1e-3] [--continuations 4] [--permutations 8]
---     [--sft-examples 3000] [--sft-epochs 3] [--eval-samples 192] [--rounds 4] [--dim 64] [--layers 2]
+--     [--sft-examples 2000] [--sft-epochs 3] [--eval-samples 96] [--rounds 4] [--dim 64] [--layers 2]
 --     [--dir runs] [--smoke]
 --
 -- --seeds n runs the recipe for seeds seed .. seed + n - 1 (each with its own SFT), then the
@@ -37,7 +39,7 @@ local R = rl.recipe
 local A = rl.train.advantage
 
 local o, why = R.args(arg, { seed = 1, seeds = 1, arms = "grpo,uniform,last,savoir", steps = 40, tasks = 8, group = 8,
-  lr = 1e-3, continuations = 4, permutations = 8, sft_examples = 3000, sft_epochs = 3, eval_samples = 192, rounds = 4,
+  lr = 1e-3, continuations = 4, permutations = 8, sft_examples = 2000, sft_epochs = 3, eval_samples = 96, rounds = 4,
   dim = 64, layers = 2, dir = root .. "/runs", smoke = false })
 if not o then error("savoir.lua: " .. why, 0) end
 if o.smoke then
@@ -91,44 +93,39 @@ local function outcome(ep)
   return last and last.info or {}
 end
 
--- Per-turn rewards of one episode under a credit arm.
-local function turn_rewards(arm, ep, seed)
-  local m, score = #ep.record, ep.reward
-  local rho = {}
-  if arm == "savoir" then
-    rho = Hg.shapley_credit(ep.task, utterances(ep), { continuations = o.continuations, permutations = o.permutations,
-      seed = seed })
-  else
-    for k = 1, m do rho[k] = arm == "uniform" and score / m or (k == m and score or 0) end
-  end
-  return rho
-end
-
--- The advantage stage of a per-turn arm: turn rewards z-normalised within the task's group.
+-- The advantage stage of a per-turn arm. uniform and last hand out the episode's GRPO advantage
+-- z = (score - group mean) / group sd: z / turns on every turn, or z on the last turn alone;
+-- savoir hands out (score - v(none)) / group sd by the utterances' Shapley values (their sum by
+-- efficiency; v(none), the all-`ok` dialogue's value, is the baseline).
 local function credit_stage(arm, seed, step_of)
   return function(_, batch)
     local rows, index = A.turn_rows(batch)
-    local rho, stats = {}, {}
-    for i, ep in ipairs(batch.episodes) do
-      local r = turn_rewards(arm, ep, rl.train.mix(seed, step_of(), i))
+    local stats = {}
+    for _, ep in ipairs(batch.episodes) do
       local s = stats[ep.group] or { n = 0, sum = 0, sq = 0 }
       stats[ep.group] = s
-      for k = 1, #ep.record do
-        local row = index[i][k - 1]
-        rho[row] = r[k] or 0
-        s.n, s.sum, s.sq = s.n + 1, s.sum + rho[row], s.sq + rho[row] ^ 2
-      end
+      s.n, s.sum, s.sq = s.n + 1, s.sum + ep.reward, s.sq + ep.reward ^ 2
     end
     local values = {}
-    for row, rec in ipairs(rows) do
-      local s = stats[batch.episodes[rec.episode].group]
-      local v = rho[row]
-      if v == nil then
-        values[row] = 0
-      else
-        local mean = s.sum / s.n
-        local sd = math.sqrt(math.max(0, s.sq / s.n - mean * mean))
-        values[row] = sd > 1e-6 and (v - mean) / (sd + 1e-6) or 0
+    for row in ipairs(rows) do values[row] = 0 end
+    for i, ep in ipairs(batch.episodes) do
+      local s = stats[ep.group]
+      local mean = s.sum / s.n
+      local sd = math.sqrt(math.max(0, s.sq / s.n - mean * mean))
+      local m = #ep.record
+      if sd > 1e-6 and m > 0 then
+        local share
+        if arm == "savoir" then
+          share = Hg.shapley_credit(ep.task, utterances(ep), { continuations = o.continuations,
+            permutations = o.permutations, seed = rl.train.mix(seed, step_of(), i) })
+        else
+          local z = (ep.reward - mean) / (sd + 1e-6)
+          share = {}
+          for k = 1, m do share[k] = arm == "uniform" and z / m or (k == m and z or 0) end
+        end
+        for k = 1, m do
+          values[index[i][k - 1]] = arm == "savoir" and share[k] / (sd + 1e-6) or share[k]
+        end
       end
     end
     return A.rows_to_tokens(batch, index, values)
