@@ -8,15 +8,7 @@ local rl = require "moonrl"
 local B = dofile(H.root .. "/envs/rulebook.lua")
 local C = B.curator
 
-local function play(task, actions)
-  local inst, record = B.new(), {}
-  local first = inst:reset(task, rl.rng(1))
-  for _, a in ipairs(actions) do
-    local _, _, done = rl.env.step(B, inst, a, record)
-    if done then break end
-  end
-  return record, first
-end
+local function play(task, actions) return H.play(B, task, actions) end
 
 describe("envs/rulebook.lua", function()
   it("opens the door at the door letter plus the family's shift, mod 16, and says no otherwise", function()
