@@ -27,8 +27,8 @@
 -- often a success was distilled into the right skill (tasks 1-3).
 --
 --   moonrl run recipes/skill1.lua [--seed 1] [--seeds 1] [--arms skill1,no_distil,outcome,grpo_nomem; also no_trend]
---     [--steps 25] [--streams 4] [--group 4] [--examples 1500] [--epochs 2] [--eval-streams 64]
---     [--rate 0.1] [--lr 1e-3] [--dim 64] [--dir runs] [--smoke]
+--     [--steps 25] [--streams 4] [--group 4] [--examples 1500] [--epochs 5] [--eval-streams 64]
+--     [--rate 0.1] [--lr 3e-4] [--dim 64] [--dir runs] [--smoke]
 local rl = require "moonrl"
 
 local root = os.getenv("MOONRL_ROOT") or "."
@@ -39,7 +39,7 @@ local R = rl.recipe
 local mix = rl.train.mix
 
 local o, why = R.args(arg, { seed = 1, seeds = 1, arms = "skill1,no_distil,outcome,grpo_nomem", steps = 25,
-  streams = 4, group = 4, examples = 1500, epochs = 2, eval_streams = 64, rate = 0.1, lr = 1e-3, dim = 64,
+  streams = 4, group = 4, examples = 1500, epochs = 5, eval_streams = 64, rate = 0.1, lr = 3e-4, dim = 64,
   dir = root .. "/runs", smoke = false })
 if not o then error("skill1.lua: " .. why, 0) end
 
