@@ -53,7 +53,7 @@ function H.recipe(name, args)
 end
 
 -- Plays actions through a new episode of env on task (rl.env.step, until done); returns the
--- turn records and the first observation.
+-- turn records, the episode and the first observation.
 function H.play(env, task, actions)
   local rl = require "moonrl"
   local inst, record = env.new(), {}
@@ -62,7 +62,7 @@ function H.play(env, task, actions)
     local _, _, done = rl.env.step(env, inst, a, record)
     if done then break end
   end
-  return record, first
+  return record, inst, first
 end
 
 -- Writes text to a new temporary file and returns its path (the caller removes it).

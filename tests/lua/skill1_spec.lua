@@ -10,7 +10,10 @@ local B = dofile(H.root .. "/envs/rulebook.lua")
 local S1 = B.skill1
 local L = B.letter
 
-local function play(task, actions) return H.play(S1, task, actions) end
+local function play(task, actions)
+  local record, _, first = H.play(S1, task, actions)
+  return record, first
+end
 
 -- The candidates by a direct rule: the entries whose first letter is a query word, newest
 -- first, at most 3.
