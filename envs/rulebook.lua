@@ -261,4 +261,266 @@ function C.tasks(split, n, seed)
   return out
 end
 
+-- The Skill1 environment (M.skill1, recipes/skill1.lua): one policy in four roles on streams of
+-- four doors in one room; every door of the room opens to one hidden code letter, drawn per
+-- stream, so no policy can know it without memory. The doors differ: exploring from the door's
+-- letter on (d, d+1, ...: the oracle's order) finds the code in 8 tries half the time, and
+-- independently on each task. A skill is two letters, room and code ("cq": in room c try q).
+-- One episode is one task of the stream:
+--
+--   "room c door f" -> "query c"   -> "1 cq 2 ck"  (the repo's entries of that room, or "none")
+--                   -> "pick 1"    -> "skill: cq"  (pick 0 or no candidate: "no skill")
+--                   -> "try q" ... -> "f>q!"       (solve: 8 tries; the compressed trajectory)
+--                   -> "distil cq" -> done         (the new skill, admitted by the recipe)
+--
+-- Candidates: the entries whose first letter (the room they were written in) is a word of the
+-- query, newest first, at most 3. A task is {room =, door =, code =, repo = {texts, oldest
+-- first}, nomem = true (the query answers "none": the no-memory baseline)}; each turn's info
+-- has role ("query", "pick", "solve", "distil"), success (the task's so far), and picked (the
+-- picked text), tried (the letter) or distil (the text, when it is two letters a..p).
+local S1 = { name = "rulebook_skill1", max_turns = 3 + M.max_turns, format = "line", CANDIDATES = 3,
+  MAX_REPO = 6 }
+M.skill1 = S1
+
+-- Whether text is a skill: two letters a..p.
+function S1.valid(text)
+  return type(text) == "string" and #text == 2 and index(text:sub(1, 1)) ~= nil and index(text:sub(2, 2)) ~= nil
+end
+
+-- candidates(repo, words) -> up to CANDIDATES texts of repo, best first (see above).
+function S1.candidates(repo, words)
+  local want = {}
+  for _, w in ipairs(words) do want[w] = true end
+  local out = {}
+  for i = #repo, 1, -1 do
+    if want[repo[i]:sub(1, 1)] and #out < S1.CANDIDATES then out[#out + 1] = repo[i] end
+  end
+  return out
+end
+
+-- admit(repo, text) -> the repo with text as its newest entry (the oldest retired past MAX_REPO),
+-- or the repo unchanged when text is not a skill. In place.
+function S1.admit(repo, text)
+  if S1.valid(text) then
+    repo[#repo + 1] = text
+    if #repo > S1.MAX_REPO then table.remove(repo, 1) end
+  end
+  return repo
+end
+
+-- The order a solver without a skill tries letters in: the door's letter, then the next ones.
+function S1.explore(door, k) return (door + k - 1) % M.LETTERS end
+
+-- A room's starting repo: two stale skills of the room (wrong codes) and two of other rooms,
+-- interleaved, oldest first, drawn with rng.
+local function starting_repo(rng, room, code)
+  local function other(not_this)
+    local x
+    repeat x = rng:random(M.LETTERS) - 1 until x ~= not_this
+    return x
+  end
+  local repo = {}
+  for _ = 1, 2 do
+    repo[#repo + 1] = letter(room) .. letter(other(code))
+    repo[#repo + 1] = letter(other(room)) .. letter(rng:random(M.LETTERS) - 1)
+  end
+  return repo
+end
+
+-- streams(split, n, seed) -> {{room =, code =, doors = {TASKS letters}, repo = {starting
+-- texts}}, ...}; "train" and "test" draw from disjoint seed spaces.
+function S1.streams(split, n, seed)
+  if split ~= "train" and split ~= "test" then error("rulebook.skill1.streams: split: \"train\" or \"test\" expected", 2) end
+  if math.type(n) ~= "integer" or n < 0 then error("rulebook.skill1.streams: n: a non-negative integer expected", 2) end
+  local rng = rng_of(((seed or 0) * 2 + (split == "test" and 1 or 0)) * 611953 + 29)
+  local out = {}
+  for i = 1, n do
+    local room, code = rng:random(M.LETTERS) - 1, rng:random(M.LETTERS) - 1
+    local doors = {}
+    for t = 1, M.TASKS do doors[t] = rng:random(M.LETTERS) - 1 end
+    out[i] = { room = room, code = code, doors = doors, repo = starting_repo(rng, room, code) }
+  end
+  return out
+end
+
+-- tasks(split, n, seed): single tasks for SFT: a room's starting repo, with one or two later
+-- entries of the room half the time (the right code in 60% of them), no memory one time in 5.
+function S1.tasks(split, n, seed)
+  local rng = rng_of(((seed or 0) * 2 + (split == "test" and 1 or 0)) * 32452843 + 5)
+  local out = {}
+  for i = 1, n do
+    local room, code, door = rng:random(M.LETTERS) - 1, rng:random(M.LETTERS) - 1, rng:random(M.LETTERS) - 1
+    local repo = starting_repo(rng, room, code)
+    if rng:random() < 0.5 then
+      for _ = 1, rng:random(2) do
+        S1.admit(repo, letter(room) .. letter(rng:random() < 0.6 and code or rng:random(M.LETTERS) - 1))
+      end
+    end
+    out[i] = { room = room, door = door, code = code, repo = repo, nomem = rng:random() < 0.2 or nil }
+  end
+  return out
+end
+
+local S1E = {}
+S1E.__index = S1E
+function S1.new() return setmetatable({}, S1E) end
+
+function S1E:reset(task)
+  self.task, self.phase, self.tried, self.ok, self.cands, self.tries = task, "query", {}, false, {}, 0
+  return "room " .. letter(task.room) .. " door " .. letter(task.door)
+end
+
+function S1E:step(action)
+  action = type(action) == "string" and action or ""
+  local task = self.task
+  if self.phase == "query" then
+    self.phase = "pick"
+    local q = action:match("^%s*query%s+(.-)%s*$")
+    if q and not task.nomem then self.cands = S1.candidates(task.repo or {}, require("moonrl").skills.words(q)) end
+    local parts = {}
+    for k, c in ipairs(self.cands) do parts[#parts + 1] = k .. " " .. c end
+    return #parts > 0 and table.concat(parts, " ") or "none", 0, false, { role = "query", success = false, query = q }
+  elseif self.phase == "pick" then
+    self.phase = "solve"
+    local n = tonumber(action:match("^%s*pick%s+(%d+)%s*$"))
+    self.picked = n and self.cands[n]
+    return self.picked and ("skill: " .. self.picked) or "no skill", 0, false,
+      { role = "pick", success = false, picked = self.picked }
+  elseif self.phase == "solve" then
+    local x = index(action:match("^%s*try%s+(%a)%s*$"))
+    if x then self.tried[#self.tried + 1] = letter(x) end
+    if x == task.code then self.ok = true end
+    self.tries = self.tries + 1
+    local info = { role = "solve", success = self.ok, tried = x and letter(x) }
+    if self.ok or self.tries >= M.max_turns then
+      self.phase = "distil"
+      return M.trajectory(task.door, self.tried, self.ok), self.ok and 1 or 0, false, info
+    end
+    return x and "no" or "say try x", 0, false, info
+  end
+  local text = action:match("^%s*distil%s+(%S+)%s*$")
+  return nil, 0, true, { role = "distil", success = self.ok, distil = S1.valid(text) and text or nil }
+end
+
+function S1E:clone()
+  local c = setmetatable({}, S1E)
+  for k, v in pairs(self) do c[k] = v end
+  c.tried, c.cands = table.move(self.tried, 1, #self.tried, 1, {}), table.move(self.cands, 1, #self.cands, 1, {})
+  return c
+end
+
+-- The imperfect oracle: query the room (80%, else the door's letter); pick the first candidate
+-- (70%, else any, or none); try the picked skill's code, then the untried letters from the
+-- door's on; after a success distil room + the letter that opened the door in rooms a..h, but
+-- room + the first letter it tried in rooms i..p (a systematic slip, which greedy decoding keeps:
+-- right only when the first try opened it); after a failure room + the last letter tried. With
+-- perfect = true: query the room, pick the candidate with the right code (none when there is
+-- none), distil room + code after a success.
+function S1.oracle(task, rng, perfect)
+  local room, code = letter(task.room), task.code
+  local q = (perfect or rng:random() < 0.8) and room or letter(task.door)
+  local cands = task.nomem and {} or S1.candidates(task.repo or {}, { q })
+  local pick = 0
+  if perfect then
+    for k, c in ipairs(cands) do if c:sub(2, 2) == letter(code) and pick == 0 then pick = k end end
+  elseif #cands > 0 then
+    pick = rng:random() < 0.7 and 1 or rng:random(#cands + 1) - 1
+  end
+  local out = { "query " .. q, "pick " .. pick }
+  local seen, order = {}, {}
+  local function add(i) if i and not seen[i] then seen[i] = true; order[#order + 1] = i end end
+  if pick > 0 then add(index(cands[pick]:sub(2, 2))) end
+  for k = 1, M.LETTERS do add(S1.explore(task.door, k)) end
+  local last
+  for k = 1, M.max_turns do
+    out[#out + 1], last = "try " .. letter(order[k]), order[k]
+    if order[k] == code then break end
+  end
+  local d = last
+  if last == code and not perfect and task.room >= 8 then d = order[1] end
+  out[#out + 1] = "distil " .. room .. letter(d)
+  return out
+end
+
+-- The turns (1-based) of role in an episode's record, and the info of its first such turn ({}).
+function S1.turns_of(ep, role)
+  local out = {}
+  for k, r in ipairs(ep.record or {}) do
+    if type(r.info) == "table" and r.info.role == role then out[#out + 1] = k end
+  end
+  return out
+end
+function S1.info_of(ep, role)
+  local k = S1.turns_of(ep, role)[1]
+  return k and ep.record[k].info or {}
+end
+
+-- credit(eps, keys, opts, trends): Skill1's credit for chains of tasks. eps[t][c] is chain c's
+-- episode of task t ({record =, success =}), keys[c] its stream's key, trends the EMA table
+-- (key .. ":" .. picked text or "-" -> trend), updated in order (task 1 of every chain, then
+-- task 2, ...). opts = {trend = true, distil = true, rate = 0.1}. Sets each episode's
+-- turn_rewards[k]: solve turns the outcome s; query and pick turns the picked skill's trend
+-- after this use (with trend = false: s); the distil turn of task t < #eps the later success of
+-- the distilled skill (task t+1's s when task t+1 picked it, else 0) minus its trend before that
+-- use (PRIOR for a text never picked; with distil = false: s); task #eps's distil turn none.
+S1.PRIOR = 0.5
+function S1.credit(eps, keys, opts, trends)
+  local rate = opts.rate or 0.1
+  for t = 1, #eps do
+    for c, ep in ipairs(eps[t]) do
+      local s = ep.success and 1 or 0
+      local picked = S1.info_of(ep, "pick").picked
+      local key = keys[c] .. ":" .. (picked or "-")
+      local before = trends[key] or S1.PRIOR
+      trends[key] = before + rate * (s - before)
+      local select = opts.trend and trends[key] or s
+      local tr = {}
+      for k, r in ipairs(ep.record or {}) do
+        local role = type(r.info) == "table" and r.info.role
+        if role == "query" or role == "pick" then tr[k] = select
+        elseif role == "solve" or (role == "distil" and not opts.distil) then tr[k] = s end
+      end
+      ep.turn_rewards = tr
+      local prev = t > 1 and eps[t - 1][c]
+      local k = prev and opts.distil and S1.turns_of(prev, "distil")[1]
+      if k then
+        local d = S1.info_of(prev, "distil").distil
+        local used = d ~= nil and picked == d
+        prev.turn_rewards[k] = (used and s or 0) - (used and before or S1.PRIOR)
+      end
+    end
+  end
+end
+
+-- normalise(episodes) -> per[i][k]: GRPO per group and role ("query" and "pick" one role): each
+-- turn's turn_rewards[k] minus the mean of its group's turns of that role, over their population
+-- sd (+ 1e-6); 0 where that sd is below 1e-6; nil for a turn without a reward.
+local SELECT = { query = "select", pick = "select" }
+function S1.normalise(episodes)
+  local sets, order = {}, {}
+  for i, ep in ipairs(episodes) do
+    for k, r in ipairs(ep.record or {}) do
+      local v = ep.turn_rewards and ep.turn_rewards[k]
+      if v then
+        local role = type(r.info) == "table" and r.info.role or "other"
+        local key = tostring(ep.group) .. "|" .. (SELECT[role] or role)
+        local set = sets[key]
+        if not set then set = { sum = 0 }; sets[key] = set; order[#order + 1] = key end
+        set.sum = set.sum + v
+        set[#set + 1] = { i, k, v }
+      end
+    end
+  end
+  local per = {}
+  for i = 1, #episodes do per[i] = {} end
+  for _, key in ipairs(order) do
+    local set = sets[key]
+    local mean, var = set.sum / #set, 0
+    for _, x in ipairs(set) do var = var + (x[3] - mean) ^ 2 end
+    local sd = math.sqrt(var / #set)
+    for _, x in ipairs(set) do per[x[1]][x[2]] = sd >= 1e-6 and (x[3] - mean) / (sd + 1e-6) or 0 end
+  end
+  return per
+end
+
 return M

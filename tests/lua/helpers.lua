@@ -44,6 +44,27 @@ function H.sh(cmd)
   return out, code
 end
 
+-- Runs recipes/<name> with the command-line args (a string, already quoted) through moonrl run;
+-- returns its output and exit code.
+function H.recipe(name, args)
+  local out, code = H.run(H.shell_quote(H.moonrl) .. " run " .. H.shell_quote(H.root .. "/recipes/" .. name)
+    .. " " .. (args or ""))
+  return out, code
+end
+
+-- Plays actions through a new episode of env on task (rl.env.step, until done); returns the
+-- turn records, the episode and the first observation.
+function H.play(env, task, actions)
+  local rl = require "moonrl"
+  local inst, record = env.new(), {}
+  local first = inst:reset(task, rl.rng(1))
+  for _, a in ipairs(actions) do
+    local _, _, done = rl.env.step(env, inst, a, record)
+    if done then break end
+  end
+  return record, inst, first
+end
+
 -- Writes text to a new temporary file and returns its path (the caller removes it).
 function H.write_temp(text)
   local path = os.tmpname()

@@ -8,15 +8,7 @@ local rl = require "moonrl"
 local kc = dofile(H.root .. "/envs/keychain.lua")
 
 -- Plays actions through the engine's step path; returns the records and the instance.
-local function play(env, task, actions)
-  local inst, record = env.new(), {}
-  local first = inst:reset(task, rl.rng(1))
-  for _, a in ipairs(actions) do
-    local _, _, done = rl.env.step(env, inst, a, record)
-    if done then break end
-  end
-  return record, inst, first
-end
+local play = H.play
 
 local function task_key(t) return rl.json.encode { t.rooms, t.doors, t.keys } end
 

@@ -9,12 +9,7 @@ local B = dofile(H.root .. "/envs/rulebook.lua")
 local C = B.curator
 
 local function play(task, actions)
-  local inst, record = B.new(), {}
-  local first = inst:reset(task, rl.rng(1))
-  for _, a in ipairs(actions) do
-    local _, _, done = rl.env.step(B, inst, a, record)
-    if done then break end
-  end
+  local record, _, first = H.play(B, task, actions)
   return record, first
 end
 
