@@ -668,33 +668,6 @@ function M.dpepo_weights(turns, opts)
         last[i] = a
       end
     end
-
--- ---------------------------------------------------------------- batch-wide structure term
-
--- structure_term(scores, keys [, epsilon = 1e-6]) -> one value per episode: DR-MMSearch's
--- batch-wide comparison of trajectories of like structure (spec reproductions.md 3.2, a chosen
--- reading): episodes with the same key (any string: e.g. the sequence of their action kinds) form
--- one class across the whole batch, whatever their prompt group, and an episode's value is
--- (S - class mean) / (class sample sd + epsilon); 0 in a class of one.
-function M.structure_term(scores, keys, epsilon)
-  if not argcheck.is_list(scores) then argcheck.fail("advantage.structure_term", "scores: a list of numbers expected", 2) end
-  if not argcheck.is_list(keys) or #keys ~= #scores then
-    argcheck.fail("advantage.structure_term", "keys: a list as long as scores expected", 2)
-  end
-  for i = 1, #scores do
-    if not argcheck.finite(scores[i]) then
-      argcheck.fail("advantage.structure_term", string.format("scores[%d]: a finite number expected", i), 2)
-    end
-    if type(keys[i]) ~= "string" then argcheck.fail("advantage.structure_term", string.format("keys[%d]: a string expected", i), 2) end
-  end
-  local eps = epsilon or 1e-6
-  local sum, count, sq = {}, {}, {}
-  for i, k in ipairs(keys) do sum[k], count[k] = (sum[k] or 0) + scores[i], (count[k] or 0) + 1 end
-  for i, k in ipairs(keys) do sq[k] = (sq[k] or 0) + (scores[i] - sum[k] / count[k]) ^ 2 end
-  local out = {}
-  for i, k in ipairs(keys) do
-    local n = count[k]
-    out[i] = n > 1 and (scores[i] - sum[k] / n) / (math.sqrt(sq[k] / (n - 1)) + eps) or 0
   end
   return out
 end
@@ -753,6 +726,36 @@ function M.dpepo(opts)
   end
 end
 M.register("dpepo", M.dpepo())
+
+-- ---------------------------------------------------------------- batch-wide structure term
+
+-- structure_term(scores, keys [, epsilon = 1e-6]) -> one value per episode: DR-MMSearch's
+-- batch-wide comparison of trajectories of like structure (spec reproductions.md 3.2, a chosen
+-- reading): episodes with the same key (any string: e.g. the sequence of their action kinds) form
+-- one class across the whole batch, whatever their prompt group, and an episode's value is
+-- (S - class mean) / (class sample sd + epsilon); 0 in a class of one.
+function M.structure_term(scores, keys, epsilon)
+  if not argcheck.is_list(scores) then argcheck.fail("advantage.structure_term", "scores: a list of numbers expected", 2) end
+  if not argcheck.is_list(keys) or #keys ~= #scores then
+    argcheck.fail("advantage.structure_term", "keys: a list as long as scores expected", 2)
+  end
+  for i = 1, #scores do
+    if not argcheck.finite(scores[i]) then
+      argcheck.fail("advantage.structure_term", string.format("scores[%d]: a finite number expected", i), 2)
+    end
+    if type(keys[i]) ~= "string" then argcheck.fail("advantage.structure_term", string.format("keys[%d]: a string expected", i), 2) end
+  end
+  local eps = epsilon or 1e-6
+  local sum, count, sq = {}, {}, {}
+  for i, k in ipairs(keys) do sum[k], count[k] = (sum[k] or 0) + scores[i], (count[k] or 0) + 1 end
+  for i, k in ipairs(keys) do sq[k] = (sq[k] or 0) + (scores[i] - sum[k] / count[k]) ^ 2 end
+  local out = {}
+  for i, k in ipairs(keys) do
+    local n = count[k]
+    out[i] = n > 1 and (scores[i] - sum[k] / n) / (math.sqrt(sq[k] / (n - 1)) + eps) or 0
+  end
+  return out
+end
 
 -- structure{base = "grpo", weight = 0.5, key = function(ep) -> string} -> an estimator: base's
 -- advantage plus weight x structure_term of the episodes' scores keyed by key(ep), given to each
