@@ -545,22 +545,11 @@ function M.success_by_hops(ctx, tasks, chunk, each)
 end
 
 -- warm_start{env =, path =, reuse =, new_model =, seed =, examples =, epochs =} -> path,
--- {seconds =, loss =, examples =}: the search recipes' shared SFT start. With reuse and an existing
--- file at path, that file (examples 0); else new_model(seed) -> model, tokenizer trained on
--- `examples` of env's oracle demonstrations (rl.recipe.warm_start) and saved at path.
+-- {seconds =, loss =, examples =}: the search recipes' shared SFT start, rl.recipe.oracle_start
+-- at the search-QA turn budget (M.max_turns).
 function M.warm_start(o)
-  local f = o.reuse and io.open(o.path, "rb")
-  if f then
-    f:close()
-    return o.path, { seconds = 0, loss = 0 / 0, examples = 0 }
-  end
-  local m, tok = o.new_model(o.seed)
-  local t0 = rl.clock()
-  local ctx = { cfg = { env = o.env, max_turns = M.max_turns }, tokenizer = tok }
-  local data = rl.train.oracle_examples(ctx, o.examples, rl.train.mix(o.seed, 0x5EA))
-  local r = rl.recipe.warm_start { model = m, data = data, epochs = o.epochs, path = o.path,
-    seed = rl.train.mix(o.seed, 0x5F7) }
-  return o.path, { seconds = rl.clock() - t0, loss = r.final_loss, examples = #data }
+  return rl.recipe.oracle_start { env = o.env, path = o.path, reuse = o.reuse, new_model = o.new_model,
+    seed = o.seed, examples = o.examples, epochs = o.epochs, max_turns = M.max_turns }
 end
 
 return M

@@ -136,19 +136,8 @@ local function held_out(ctx, bon)
 end
 
 local function warm_start(seed)
-  local path = string.format("%s/dataprm-sft-s%d.bin", o.dir, seed)
-  local f = o.reuse_sft and io.open(path, "rb")
-  if f then
-    f:close()
-    return path, { seconds = 0, loss = 0 / 0, examples = 0 }
-  end
-  local m, tok = new_model(seed)
-  local t0 = rl.clock()
-  local ctx = { cfg = { env = env, max_turns = env.max_turns }, tokenizer = tok }
-  local data = rl.train.oracle_examples(ctx, o.sft_examples, rl.train.mix(seed, 0x5EA))
-  local r = R.warm_start { model = m, data = data, epochs = o.sft_epochs, path = path,
-    seed = rl.train.mix(seed, 0x5F7) }
-  return path, { seconds = rl.clock() - t0, loss = r.final_loss, examples = #data }
+  return R.oracle_start { env = env, path = string.format("%s/dataprm-sft-s%d.bin", o.dir, seed), reuse = o.reuse_sft,
+    new_model = new_model, seed = seed, examples = o.sft_examples, epochs = o.sft_epochs }
 end
 
 local BON -- the Best-of-N rows of the current seed (from its first arm's step-0 evaluation)

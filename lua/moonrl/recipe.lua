@@ -9,6 +9,8 @@
 local argcheck = require "moonrl.argcheck"
 local core = require "moonrl.core"
 local sftlib = require "moonrl.sft"
+local seedlib = require "moonrl.train.seed"
+local warmstart = require "moonrl.train.warmstart"
 
 local M = {}
 
@@ -115,6 +117,39 @@ function M.warm_start(o)
   local ok, err = o.model:save_checkpoint(o.path)
   if not ok then error("rl.recipe.warm_start: " .. tostring(err), 2) end
   return r
+end
+
+-- oracle_start{env =, path =, new_model =, seed =, examples =, epochs =, reuse = false,
+-- max_turns = env.max_turns} -> path, {seconds =, loss =, examples =}: the SFT start on an
+-- environment's oracle that recipes share (a `start` for announced_start): with reuse and a file
+-- at path, that file (examples 0, loss NaN: nothing trained); else new_model(seed) -> model,
+-- tokenizer, trained on `examples` oracle demonstrations of env's training split
+-- (rl.train.oracle_examples, drawn with mix(seed, 0x5EA)) by M.warm_start (seed mix(seed, 0x5F7))
+-- and saved at path.
+local ORACLE = { env = true, path = true, new_model = true, seed = true, examples = true, epochs = true,
+  reuse = true, max_turns = true }
+function M.oracle_start(o)
+  if type(o) ~= "table" then error("rl.recipe.oracle_start: a table {env =, path =, ...} expected", 2) end
+  for k in pairs(o) do
+    if not ORACLE[k] then error("rl.recipe.oracle_start: unknown option '" .. tostring(k) .. "'", 2) end
+  end
+  if type(o.path) ~= "string" or o.path == "" then error("rl.recipe.oracle_start: path: a file name expected", 2) end
+  if type(o.env) ~= "table" then error("rl.recipe.oracle_start: env: an environment module expected", 2) end
+  if type(o.new_model) ~= "function" then error("rl.recipe.oracle_start: new_model: a function(seed) -> model, tokenizer expected", 2) end
+  if math.type(o.seed) ~= "integer" then error("rl.recipe.oracle_start: seed: an integer expected", 2) end
+  if math.type(o.examples) ~= "integer" or o.examples < 1 then error("rl.recipe.oracle_start: examples: a positive integer expected", 2) end
+  local f = o.reuse and io.open(o.path, "rb")
+  if f then
+    f:close()
+    return o.path, { seconds = 0, loss = 0 / 0, examples = 0 }
+  end
+  local m, tok = o.new_model(o.seed)
+  local t0 = core.clock()
+  local ctx = { cfg = { env = o.env, max_turns = o.max_turns or o.env.max_turns or 4 }, tokenizer = tok }
+  local data = warmstart.oracle_examples(ctx, o.examples, seedlib.mix(o.seed, 0x5EA))
+  local r = M.warm_start { model = m, data = data, epochs = o.epochs, path = o.path,
+    seed = seedlib.mix(o.seed, 0x5F7) }
+  return o.path, { seconds = core.clock() - t0, loss = r.final_loss, examples = #data }
 end
 
 -- announced_start(seed, start, epochs) -> path, sft: the warm start of one seed with its lines on

@@ -139,6 +139,53 @@ describe("rl.recipe.warm_start", function()
   end)
 end)
 
+describe("rl.recipe.oracle_start", function()
+  -- one turn: the oracle answers "ab", anything pays 0
+  local env = { name = "one", max_turns = 1,
+    tasks = function(_, n) local t = {} for i = 1, n do t[i] = { i = i } end return t end,
+    oracle = function() return { "ab" } end,
+    new = function() return { reset = function() return "go" end, step = function() return nil, 0, true end } end }
+  local function new_model(seed)
+    return rl.model.new { vocab = 264, dim = 16, layers = 1, heads = 2, ffn = 32, ctx = 16, seed = seed }, rl.tokenizer.bytes()
+  end
+  local function bytes(path)
+    local f = assert(io.open(path, "rb"))
+    local s = f:read("a")
+    f:close()
+    return s
+  end
+
+  it("is warm_start on the oracle's examples, and with reuse loads what it wrote", function()
+    local dir = H.tmpdir()
+    local path, info = R.oracle_start { env = env, path = dir .. "/s.bin", new_model = new_model, seed = 3,
+      examples = 6, epochs = 1 }
+    assert.are.equal(dir .. "/s.bin", path)
+    assert.are.equal(6, info.examples)
+    -- by hand: the same examples and seeds
+    local m, tok = new_model(3)
+    local data = rl.train.oracle_examples({ cfg = { env = env, max_turns = 1 }, tokenizer = tok }, 6, rl.train.mix(3, 0x5EA))
+    local r = R.warm_start { model = m, data = data, epochs = 1, path = dir .. "/hand.bin", seed = rl.train.mix(3, 0x5F7) }
+    assert.are.equal(r.final_loss, info.loss)
+    assert.is_true(bytes(dir .. "/s.bin") == bytes(dir .. "/hand.bin"))
+    local called = false
+    local p2, again = R.oracle_start { env = env, path = dir .. "/s.bin", reuse = true, seed = 3, examples = 6, epochs = 1,
+      new_model = function(seed) called = true return new_model(seed) end }
+    assert.are.equal(path, p2)
+    assert.are.equal(0, again.examples)
+    assert.is_false(called)
+    os.execute("rm -rf " .. H.shell_quote(dir))
+  end)
+
+  it("refuses unknown and missing options", function()
+    H.assert_error(function() R.oracle_start { env = env, path = "x.bin", new_model = new_model, seed = 1, examples = 2, epoch = 1 } end,
+      { "rl.recipe.oracle_start: unknown option 'epoch'" })
+    H.assert_error(function() R.oracle_start { env = env, new_model = new_model, seed = 1, examples = 2 } end, { "path: a file name expected" })
+    H.assert_error(function() R.oracle_start { env = env, path = "x.bin", new_model = new_model, seed = 1, examples = 0 } end,
+      { "examples: a positive integer expected" })
+    H.assert_error(function() R.oracle_start { env = env, path = "x.bin", seed = 1, examples = 2 } end, { "new_model:" })
+  end)
+end)
+
 describe("rl.recipe.spread_table", function()
   it("lays out a header and each row's mean ± sample sd over the runs", function()
     local runs = { { a = { x = 0.5, y = 2 } }, { a = { x = 0.7, y = 4 } }, { a = { x = 0.9, y = 6 } } }
