@@ -48,6 +48,7 @@ local ARMS = {
   skill1 = { trend = true, distil = true }, no_trend = { trend = false, distil = true },
   no_distil = { trend = true, distil = false }, outcome = { trend = false, distil = false },
   grpo_nomem = { trend = false, distil = false, nomem = true },
+  skillrl = { trend = false, distil = false, teacher = true },
 }
 local arms = {}
 for name in o.arms:gmatch("[^,]+") do
@@ -84,9 +85,11 @@ local function task_of(chain, t, nomem)
 end
 
 -- Runs tasks 1..4 of every chain: rollout(tasks, t) -> a batch of one episode per task, in order.
--- Each episode's distil joins its chain's repo (not with nomem). Returns eps[t][c] and the
--- batches, one a task.
-local function run_chains(chains, nomem, rollout)
+-- Each episode's distil joins its chain's repo (not with nomem). With val (SkillRL), the policy's
+-- distil is dropped and the teacher updates the chain's repo after each task instead
+-- (S1.teach on the task when it failed, with val the rooms' validation success). Returns
+-- eps[t][c] and the batches, one a task.
+local function run_chains(chains, nomem, rollout, val)
   local eps, batches = {}, {}
   for t = 1, B.TASKS do
     local list = {}
@@ -94,7 +97,11 @@ local function run_chains(chains, nomem, rollout)
     local b = rollout(list, t)
     eps[t] = b.episodes
     for c, ep in ipairs(b.episodes) do
-      if not nomem then S1.admit(chains[c].repo, info_of(ep, "distil").distil) end
+      if val then
+        if not ep.success then S1.teach(chains[c].repo, { ep.task }, val) end
+      elseif not nomem then
+        S1.admit(chains[c].repo, info_of(ep, "distil").distil)
+      end
     end
     batches[t] = b
   end
@@ -134,6 +141,14 @@ local function train(seed, name, path, pool)
   local model = new_model(seed)
   assert(model:load_checkpoint(path))
   local trends, secs, n = {}, 0, 0
+  -- SkillRL's validation success per room: the training outcomes of the room's tasks up to the
+  -- step before (wins / tasks; a room not yet seen counts as 0, so the teacher starts active).
+  local seen, won = {}, {}
+  local function val_now()
+    local v = {}
+    for room, k in pairs(seen) do v[room] = won[room] / k end
+    return v
+  end
   local function tasks(_, _, count, tseed)
     local rng = rl.rng(tseed)
     local list = {}
@@ -142,12 +157,21 @@ local function train(seed, name, path, pool)
   end
   local function rollout(ctx, req)
     local chains = chains_of(req.tasks, req.repeats)
+    local val = cr.teacher and val_now() or nil
     local eps, batches = run_chains(chains, cr.nomem, function(list, t)
       local b = rl.train.rollout.run(ctx, { tasks = list, repeats = 1, seed = mix(req.seed, t),
         temperature = req.temperature, group_base = 0 })
       for c, ep in ipairs(b.episodes) do ep.group = req.group_base + (t - 1) * #req.tasks + chains[c].s end
       return b
-    end)
+    end, val)
+    if cr.teacher then
+      for t = 1, B.TASKS do
+        for _, ep in ipairs(eps[t]) do
+          local room = ep.task.room
+          seen[room], won[room] = (seen[room] or 0) + 1, (won[room] or 0) + (ep.success and 1 or 0)
+        end
+      end
+    end
     local keys = {}
     for c, ch in ipairs(chains) do keys[c] = ch.stream.id end
     S1.credit(eps, keys, { trend = cr.trend, distil = cr.distil, rate = o.rate }, trends)
@@ -160,13 +184,14 @@ local function train(seed, name, path, pool)
     lr = o.lr, tasks = tasks, rollout = rollout, eval = false, overwrite = true, checkpoint_every = o.steps,
     on_step = function(_, mt) secs, n = secs + mt["time/step"], n + 1 end,
   }
-  return model, secs / math.max(n, 1)
+  return model, secs / math.max(n, 1), cr.teacher and val_now() or nil
 end
 
 -- Greedy evaluation on held-out streams, one chain each.
-local function evaluate(model, streams, nomem, seed)
+-- With val, the teacher updates the repos as in training (SkillRL), val frozen.
+local function evaluate(model, streams, nomem, seed, val)
   local chains = chains_of(streams, 1)
-  local eps = run_chains(chains, nomem, function(list, t) return greedy(model, list, mix(seed, t)) end)
+  local eps = run_chains(chains, nomem, function(list, t) return greedy(model, list, mix(seed, t)) end, val)
   local m = { success = 0, tries = 0, n = 0, repo = 0, offered = 0, right_pick = 0, wins = 0, right_distil = 0 }
   for t = 1, B.TASKS do
     for c, ch in ipairs(chains) do
@@ -207,16 +232,19 @@ local function one_seed(seed)
   for i, st in ipairs(pool) do st.id = i end
   local held = S1.streams("test", o.eval_streams, 4242)
   local rows = {}
-  local function row(label, model, nomem, sps)
-    local r = evaluate(model, held, nomem, 7)
+  local function row(label, model, nomem, sps, val)
+    local r = evaluate(model, held, nomem, 7, val)
     r.label, r.sps = label, sps or 0
     rows[#rows + 1] = r
   end
   row("SFT, no memory", sft_m, true)
   row("SFT + repo", sft_m, false)
   for _, name in ipairs(arms) do
-    local m, sps = train(seed, name, path, pool)
-    row(name, m, ARMS[name].nomem, sps)
+    if ARMS[name].teacher then row("SFT + teacher", sft_m, false, 0, {}) end
+  end
+  for _, name in ipairs(arms) do
+    local m, sps, val = train(seed, name, path, pool)
+    row(name, m, ARMS[name].nomem, sps, val)
   end
   print(string.format("seed %d: SFT %d examples x %d epochs, loss %.3f, %.1f s; total %.1f s", seed, o.examples,
     o.epochs, sft.final_loss, sft_s, rl.clock() - t0))

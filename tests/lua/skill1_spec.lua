@@ -165,6 +165,70 @@ local function episode(picked, success, d, group)
     { info = { role = "solve" } }, { info = { role = "solve" } }, { info = { role = "distil", distil = d } } } }
 end
 
+describe("SkillRL teacher", function()
+  -- The bank update by a direct rule: walk the failed tasks in order; a task whose room's
+  -- validation success (0 when missing) is under the threshold gives room + code, skipped when
+  -- the repo or this update already has it; stop after max_new; each admitted text is appended
+  -- and the oldest entry retired past 6.
+  local function direct(repo, failed, val, threshold, max_new)
+    local out, added = {}, {}
+    for i, r in ipairs(repo) do out[i] = r end
+    for _, task in ipairs(failed) do
+      if #added == max_new then break end
+      local text = L(task.room) .. L(task.code)
+      local dup = false
+      for _, r in ipairs(out) do dup = dup or r == text end
+      if (val[task.room] or 0) < threshold and not dup then
+        added[#added + 1] = text
+        out[#out + 1] = text
+        if #out > 6 then table.remove(out, 1) end
+      end
+    end
+    return out, added
+  end
+
+  it("writes room + code from failed tasks of rooms under the threshold, at most max_new, no duplicates", function()
+    local rng = rl.rng(31)
+    local checked_cap, checked_skip = false, false
+    for _ = 1, 300 do
+      local repo = {}
+      for k = 1, rng:random(0, 6) do repo[k] = L(rng:random(4) - 1) .. L(rng:random(4) - 1) end
+      local failed = {}
+      for k = 1, rng:random(0, 6) do failed[k] = { room = rng:random(4) - 1, code = rng:random(4) - 1 } end
+      local val = {}
+      for room = 0, 3 do if rng:random() < 0.8 then val[room] = rng:random() end end
+      local threshold, max_new = ({ 0.4, 0.6 })[rng:random(2)], rng:random(0, 3)
+      local want, want_added = direct(repo, failed, val, threshold, max_new)
+      local got, added = S1.teach(repo, failed, val, { threshold = threshold, max_new = max_new })
+      assert.are.equal(repo, got)
+      assert.are.same(want, got)
+      assert.are.same(want_added, added)
+      checked_cap = checked_cap or (#added == max_new and max_new > 0)
+      checked_skip = checked_skip or (#failed > #added and #added < max_new)
+    end
+    assert.is_true(checked_cap and checked_skip)
+    -- the defaults: threshold 0.4, 3 new skills
+    local repo = {}
+    local _, added = S1.teach(repo, { { room = 0, code = 1 }, { room = 1, code = 2 }, { room = 2, code = 3 },
+      { room = 3, code = 4 }, { room = 4, code = 5 } }, { [0] = 0.39, [1] = 0.4 })
+    assert.are.same({ "ab", "cd", "de" }, added)
+    assert.are.same({ "ab", "cd", "de" }, repo)
+  end)
+
+  it("refuses bad inputs with errors that name them", function()
+    assert.has_error(function() S1.teach(nil, {}, {}) end, "rulebook.skill1.teach: repo: a list of skills expected")
+    assert.has_error(function() S1.teach({}, "x", {}) end, "rulebook.skill1.teach: failed: a list of tasks expected")
+    assert.has_error(function() S1.teach({}, {}, 0.4) end, "rulebook.skill1.teach: val: a table room -> success expected")
+    assert.has_error(function() S1.teach({}, {}, {}, { thresh = 0.4 }) end, "rulebook.skill1.teach: unknown option 'thresh'")
+    assert.has_error(function() S1.teach({}, {}, {}, { threshold = "0.4" }) end,
+      "rulebook.skill1.teach: threshold: a number expected")
+    assert.has_error(function() S1.teach({}, {}, {}, { max_new = -1 }) end,
+      "rulebook.skill1.teach: max_new: a non-negative integer expected")
+    assert.has_error(function() S1.teach({}, {}, {}, { max_new = 1.5 }) end,
+      "rulebook.skill1.teach: max_new: a non-negative integer expected")
+  end)
+end)
+
 describe("Skill1 credit", function()
   -- two chains of one stream ("s"), three tasks
   local function chains()
@@ -256,7 +320,7 @@ end)
 
 describe("recipes/skill1.lua", function()
   local function run(dir)
-    return H.recipe("skill1.lua", "--smoke --arms skill1,no_trend,no_distil,outcome,grpo_nomem --dir " .. H.shell_quote(dir))
+    return H.recipe("skill1.lua", "--smoke --arms skill1,no_trend,no_distil,outcome,grpo_nomem,skillrl --dir " .. H.shell_quote(dir))
   end
   -- The table's lines from its title on, each without its last column (s/step, a timing).
   local function table_of(out)
@@ -276,7 +340,8 @@ describe("recipes/skill1.lua", function()
     local tbl = table_of(out)
     assert.is_truthy(tbl, out)
     assert.matches("arm%s+success 2%-4 %%%s+tries 2%-4%s+own skills%s+pick right %%%s+distil ok %%", tbl)
-    for _, arm in ipairs { "SFT, no memory", "SFT %+ repo", "skill1", "no_trend", "no_distil", "outcome", "grpo_nomem" } do
+    for _, arm in ipairs { "SFT, no memory", "SFT %+ repo", "SFT %+ teacher", "skill1", "no_trend", "no_distil", "outcome",
+      "grpo_nomem", "skillrl" } do
       local s, tries, own, pick, distil = tbl:match("\n" .. arm .. "%s+([%d.]+)%s+([%d.]+)%s+([%d.]+)%s+([%d.]+)%s+([%d.]+)")
       assert.is_truthy(s, arm .. "\n" .. tbl)
       s, tries, own, pick, distil = tonumber(s), tonumber(tries), tonumber(own), tonumber(pick), tonumber(distil)
@@ -284,6 +349,10 @@ describe("recipes/skill1.lua", function()
       assert.is_true(tries >= 1 and tries <= 8)
       assert.is_true(own >= 0 and own <= S1.MAX_REPO)
       if arm == "SFT, no memory" or arm == "grpo_nomem" then assert.are.equal(0, own) end
+      -- the teacher writes one stream's skill at most once: <= 1 own entry a chain; the smoke
+      -- start fails task 1 everywhere, so with every room under 0.4 it writes one on each chain
+      if arm == "SFT %+ teacher" then assert.are.equal(1, own) end
+      if arm == "skillrl" then assert.is_true(own <= 1) end
     end
   end)
 
