@@ -529,6 +529,30 @@ function S1.credit(eps, keys, opts, trends)
   end
 end
 
+-- comp_credit(eps, without): Complementary RL's credit for chains of tasks, eps[t][c] as in
+-- credit. without[t][c] (t >= 2) is whether chain c's task t succeeded when rolled out again,
+-- same task and seed, with the repo before task t-1's distil joined it. Sets each episode's
+-- turn_rewards[k]: query, pick and solve turns the outcome s; the distil turn of task t < #eps
+-- (the extractor's entry) task t+1's s minus without[t+1][c] (the entry's help to the actor);
+-- task #eps's distil turn none.
+function S1.comp_credit(eps, without)
+  for t = 1, #eps do
+    for c, ep in ipairs(eps[t]) do
+      local s = ep.success and 1 or 0
+      local tr = {}
+      for k, r in ipairs(ep.record or {}) do
+        local role = type(r.info) == "table" and r.info.role
+        if role == "query" or role == "pick" or role == "solve" then
+          tr[k] = s
+        elseif role == "distil" and t < #eps then
+          tr[k] = (eps[t + 1][c].success and 1 or 0) - (without[t + 1][c] and 1 or 0)
+        end
+      end
+      ep.turn_rewards = tr
+    end
+  end
+end
+
 -- normalise(episodes) -> per[i][k]: GRPO per group and role ("query" and "pick" one role): each
 -- turn's turn_rewards[k] minus the mean of its group's turns of that role, over their population
 -- sd (+ 1e-6); 0 where that sd is below 1e-6; nil for a turn without a reward.

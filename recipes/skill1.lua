@@ -49,6 +49,7 @@ local ARMS = {
   no_distil = { trend = true, distil = false }, outcome = { trend = false, distil = false },
   grpo_nomem = { trend = false, distil = false, nomem = true },
   skillrl = { trend = false, distil = false, teacher = true },
+  comprl = { trend = false, distil = false, comp = true },
 }
 local arms = {}
 for name in o.arms:gmatch("[^,]+") do
@@ -158,7 +159,23 @@ local function train(seed, name, path, pool)
   local function rollout(ctx, req)
     local chains = chains_of(req.tasks, req.repeats)
     local val = cr.teacher and val_now() or nil
+    -- Complementary RL: task t's tasks rolled out again (same seeds) with the repos of task t-1,
+    -- before its distils joined them; without[t][c] their successes (not trained on).
+    local without, prev = {}, nil
     local eps, batches = run_chains(chains, cr.nomem, function(list, t)
+      if cr.comp and prev then
+        local cf = {}
+        for c, task in ipairs(list) do
+          cf[c] = {}
+          for k, v in pairs(task) do cf[c][k] = v end
+          cf[c].repo = copy(prev[c].repo)
+        end
+        local cb = rl.train.rollout.run(ctx, { tasks = cf, repeats = 1, seed = mix(req.seed, t),
+          temperature = req.temperature, group_base = 0 })
+        without[t] = {}
+        for c, ep in ipairs(cb.episodes) do without[t][c] = ep.success and true or false end
+      end
+      prev = list
       local b = rl.train.rollout.run(ctx, { tasks = list, repeats = 1, seed = mix(req.seed, t),
         temperature = req.temperature, group_base = 0 })
       for c, ep in ipairs(b.episodes) do ep.group = req.group_base + (t - 1) * #req.tasks + chains[c].s end
@@ -174,7 +191,20 @@ local function train(seed, name, path, pool)
     end
     local keys = {}
     for c, ch in ipairs(chains) do keys[c] = ch.stream.id end
-    S1.credit(eps, keys, { trend = cr.trend, distil = cr.distil, rate = o.rate }, trends)
+    if cr.comp then
+      -- pairing check: where task t-1's distil was malformed (the repo unchanged), the two
+      -- rollouts of task t must agree
+      for t = 2, B.TASKS do
+        for c, ep in ipairs(eps[t]) do
+          if not info_of(eps[t - 1][c], "distil").distil and without[t][c] ~= (ep.success and true or false) then
+            error("skill1.lua: comprl: the paired rollout of an unchanged repo differs", 0)
+          end
+        end
+      end
+      S1.comp_credit(eps, without)
+    else
+      S1.credit(eps, keys, { trend = cr.trend, distil = cr.distil, rate = o.rate }, trends)
+    end
     return rl.batch.concat(batches)
   end
   rl.train {

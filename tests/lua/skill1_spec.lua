@@ -229,6 +229,39 @@ describe("SkillRL teacher", function()
   end)
 end)
 
+describe("Complementary RL credit", function()
+  it("gives the extractor's distil the actor's next success with its entry minus without, the rest the outcome", function()
+    local rng = rl.rng(77)
+    for _ = 1, 50 do
+      local eps, without = {}, {}
+      for t = 1, 4 do
+        eps[t], without[t] = {}, {}
+        for c = 1, 3 do
+          local record = { { info = { role = "query" } }, { info = { role = "pick" } } }
+          for _ = 1, rng:random(1, 8) do record[#record + 1] = { info = { role = "solve" } } end
+          record[#record + 1] = { info = { role = "distil" } }
+          eps[t][c] = { record = record, success = rng:random() < 0.5 }
+          without[t][c] = rng:random() < 0.5
+        end
+      end
+      S1.comp_credit(eps, without)
+      for t = 1, 4 do
+        for c = 1, 3 do
+          local ep, s = eps[t][c], eps[t][c].success and 1 or 0
+          local n = #ep.record
+          for k = 1, n - 1 do assert.are.equal(s, ep.turn_rewards[k]) end
+          if t < 4 then
+            local want = (eps[t + 1][c].success and 1 or 0) - (without[t + 1][c] and 1 or 0)
+            assert.are.equal(want, ep.turn_rewards[n])
+          else
+            assert.is_nil(ep.turn_rewards[n])
+          end
+        end
+      end
+    end
+  end)
+end)
+
 describe("Skill1 credit", function()
   -- two chains of one stream ("s"), three tasks
   local function chains()
@@ -320,7 +353,7 @@ end)
 
 describe("recipes/skill1.lua", function()
   local function run(dir)
-    return H.recipe("skill1.lua", "--smoke --arms skill1,no_trend,no_distil,outcome,grpo_nomem,skillrl --dir " .. H.shell_quote(dir))
+    return H.recipe("skill1.lua", "--smoke --arms skill1,no_trend,no_distil,outcome,grpo_nomem,skillrl,comprl --dir " .. H.shell_quote(dir))
   end
   -- The table's lines from its title on, each without its last column (s/step, a timing).
   local function table_of(out)
@@ -341,7 +374,7 @@ describe("recipes/skill1.lua", function()
     assert.is_truthy(tbl, out)
     assert.matches("arm%s+success 2%-4 %%%s+tries 2%-4%s+own skills%s+pick right %%%s+distil ok %%", tbl)
     for _, arm in ipairs { "SFT, no memory", "SFT %+ repo", "SFT %+ teacher", "skill1", "no_trend", "no_distil", "outcome",
-      "grpo_nomem", "skillrl" } do
+      "grpo_nomem", "skillrl", "comprl" } do
       local s, tries, own, pick, distil = tbl:match("\n" .. arm .. "%s+([%d.]+)%s+([%d.]+)%s+([%d.]+)%s+([%d.]+)%s+([%d.]+)")
       assert.is_truthy(s, arm .. "\n" .. tbl)
       s, tries, own, pick, distil = tonumber(s), tonumber(tries), tonumber(own), tonumber(pick), tonumber(distil)
