@@ -26,9 +26,20 @@
 -- the repo after task 4, how often the right candidate was picked when offered (tasks 2-4), how
 -- often a success was distilled into the right skill (tasks 1-3).
 --
---   moonrl run recipes/skill1.lua [--seed 1] [--seeds 1] [--arms skill1,no_distil,outcome,grpo_nomem; also no_trend]
---     [--steps 25] [--streams 4] [--group 4] [--examples 1500] [--epochs 5] [--eval-streams 64]
---     [--rate 0.1] [--lr 3e-4] [--dim 64] [--dir runs] [--smoke]
+-- Two more arms behind --arms, for the two other papers of section 2.5, both outcome-GRPO on the
+-- same loop: skillrl (SkillRL: the policy's distils are dropped; after each task a scripted
+-- teacher, rulebook.skill1.teach, writes room + the hidden code into the chain's repo when the
+-- task failed and its room's validation success, the training success of the room's tasks in
+-- earlier steps, is under 0.4, at most 3 skills an update; the teacher also runs in evaluation
+-- with the rates frozen; rows "SFT + teacher" and "skillrl, ungated" show the start and the
+-- trained policy with the teacher writing for every room, no trigger) and comprl
+-- (Complementary RL: the distil turn is the extractor; it gets task t+1's success minus that of
+-- a paired rollout of task t+1, same seed, without the entry; rulebook.skill1.comp_credit).
+--
+--   moonrl run recipes/skill1.lua [--seed 1] [--seeds 1] [--arms skill1,no_distil,outcome,grpo_nomem; also no_trend,
+--     skillrl,comprl] [--steps 25] [--streams 4] [--group 4] [--examples 1500] [--epochs 5] [--eval-streams 64]
+--     [--rate 0.1] [--lr 3e-4] [--dim 64] [--dir runs] [--reuse-sft] [--smoke]
+--   (--reuse-sft: load <dir>/skill1-sft-s<seed>.bin when it exists instead of training it)
 local rl = require "moonrl"
 
 local root = os.getenv("MOONRL_ROOT") or "."
@@ -40,7 +51,7 @@ local mix = rl.train.mix
 
 local o, why = R.args(arg, { seed = 1, seeds = 1, arms = "skill1,no_distil,outcome,grpo_nomem", steps = 25,
   streams = 4, group = 4, examples = 1500, epochs = 5, eval_streams = 64, rate = 0.1, lr = 3e-4, dim = 64,
-  dir = root .. "/runs", smoke = false })
+  dir = root .. "/runs", smoke = false, reuse_sft = false })
 if not o then error("skill1.lua: " .. why, 0) end
 
 -- credit[arm] = {trend = selection credited by the trend, distil = distillation by its own credit}
@@ -254,7 +265,13 @@ local function one_seed(seed)
   local t0 = rl.clock()
   local path = string.format("%s/skill1-sft-s%d.bin", o.dir, seed)
   local sft_m = new_model(seed)
-  local sft = R.warm_start { model = sft_m, epochs = o.epochs, path = path, seed = mix(seed, 0x5F7),
+  local f = o.reuse_sft and io.open(path, "rb")
+  local sft
+  if f then
+    f:close()
+    assert(sft_m:load_checkpoint(path))
+  end
+  sft = f and { final_loss = 0 / 0 } or R.warm_start { model = sft_m, epochs = o.epochs, path = path, seed = mix(seed, 0x5F7),
     data = rl.train.oracle_examples({ cfg = { env = S1, max_turns = S1.max_turns }, tokenizer = tok }, o.examples,
       mix(seed, 0xF7)) }
   local sft_s = rl.clock() - t0
@@ -275,9 +292,15 @@ local function one_seed(seed)
   for _, name in ipairs(arms) do
     local m, sps, val = train(seed, name, path, pool)
     row(name, m, ARMS[name].nomem, sps, val)
+    -- the same policy with the teacher writing for every room (no trigger)
+    if ARMS[name].teacher then row(name .. ", ungated", m, false, sps, {}) end
   end
-  print(string.format("seed %d: SFT %d examples x %d epochs, loss %.3f, %.1f s; total %.1f s", seed, o.examples,
-    o.epochs, sft.final_loss, sft_s, rl.clock() - t0))
+  if f then
+    print(string.format("seed %d: SFT reused %s; total %.1f s", seed, path, rl.clock() - t0))
+  else
+    print(string.format("seed %d: SFT %d examples x %d epochs, loss %.3f, %.1f s; total %.1f s", seed, o.examples,
+      o.epochs, sft.final_loss, sft_s, rl.clock() - t0))
+  end
   return rows
 end
 
