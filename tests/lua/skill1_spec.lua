@@ -1,8 +1,10 @@
 -- skill1_spec.lua - envs/rulebook.lua's skill1 environment (candidates against a direct
 -- ranking, admission and retirement, the four roles' turns, the oracles, the streams and their bad
--- inputs), Skill1's credit (trends, distil credit, the ablations) and per-role group
--- normalisation against computations written here, and a smoke run of recipes/skill1.lua (its
--- table and arms, numbers in range, the same table twice, its option errors; not that it learns).
+-- inputs), Skill1's credit (trends, distil credit, the ablations), SkillRL's teacher update and
+-- Complementary RL's paired extractor credit, and per-role group normalisation against
+-- computations written here, and a smoke run of recipes/skill1.lua (its table and arms, the
+-- skillrl and comprl arms included, numbers in range, the same table twice, its option errors;
+-- not that it learns).
 local H = dofile((debug.getinfo(1, "S").source:match("^@(.*/)") or "./") .. "helpers.lua")
 local rl = require "moonrl"
 
