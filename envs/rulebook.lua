@@ -308,6 +308,43 @@ function S1.admit(repo, text)
   return repo
 end
 
+-- teach(repo, failed, val, opts) -> repo, added: SkillRL's scripted teacher, one bank update.
+-- failed is a list of the tasks ({room =, code =}) of failed trajectories, oldest first; val maps
+-- a room (0-based) to its validation success (a room missing from val counts as 0). For each
+-- failed task in order whose room's success is below opts.threshold (default 0.4), the teacher
+-- reads the task's hidden code (it is a teacher) and admits the task-specific skill room + code,
+-- unless the repo already holds it, at most opts.max_new (default 3) new skills per update. In
+-- place; added is the list of admitted texts.
+local TEACH = { threshold = true, max_new = true }
+function S1.teach(repo, failed, val, opts)
+  opts = opts or {}
+  if type(repo) ~= "table" then error("rulebook.skill1.teach: repo: a list of skills expected", 2) end
+  if type(failed) ~= "table" then error("rulebook.skill1.teach: failed: a list of tasks expected", 2) end
+  if type(val) ~= "table" then error("rulebook.skill1.teach: val: a table room -> success expected", 2) end
+  for k in pairs(opts) do
+    if not TEACH[k] then error("rulebook.skill1.teach: unknown option '" .. tostring(k) .. "'", 2) end
+  end
+  local threshold, max_new = opts.threshold or 0.4, opts.max_new or 3
+  if type(threshold) ~= "number" then error("rulebook.skill1.teach: threshold: a number expected", 2) end
+  if math.type(max_new) ~= "integer" or max_new < 0 then
+    error("rulebook.skill1.teach: max_new: a non-negative integer expected", 2)
+  end
+  local added = {}
+  for _, task in ipairs(failed) do
+    if #added >= max_new then break end
+    if (val[task.room] or 0) < threshold then
+      local text = letter(task.room) .. letter(task.code)
+      local have = false
+      for _, r in ipairs(repo) do if r == text then have = true end end
+      if not have then
+        S1.admit(repo, text)
+        added[#added + 1] = text
+      end
+    end
+  end
+  return repo, added
+end
+
 -- The order a solver without a skill tries letters in: the door's letter, then the next ones.
 function S1.explore(door, k) return (door + k - 1) % M.LETTERS end
 
@@ -488,6 +525,30 @@ function S1.credit(eps, keys, opts, trends)
         local used = d ~= nil and picked == d
         prev.turn_rewards[k] = (used and s or 0) - (used and before or S1.PRIOR)
       end
+    end
+  end
+end
+
+-- comp_credit(eps, without): Complementary RL's credit for chains of tasks, eps[t][c] as in
+-- credit. without[t][c] (t >= 2) is whether chain c's task t succeeded when rolled out again,
+-- same task and seed, with the repo before task t-1's distil joined it. Sets each episode's
+-- turn_rewards[k]: query, pick and solve turns the outcome s; the distil turn of task t < #eps
+-- (the extractor's entry) task t+1's s minus without[t+1][c] (the entry's help to the actor);
+-- task #eps's distil turn none.
+function S1.comp_credit(eps, without)
+  for t = 1, #eps do
+    for c, ep in ipairs(eps[t]) do
+      local s = ep.success and 1 or 0
+      local tr = {}
+      for k, r in ipairs(ep.record or {}) do
+        local role = type(r.info) == "table" and r.info.role
+        if role == "query" or role == "pick" or role == "solve" then
+          tr[k] = s
+        elseif role == "distil" and t < #eps then
+          tr[k] = (eps[t + 1][c].success and 1 or 0) - (without[t + 1][c] and 1 or 0)
+        end
+      end
+      ep.turn_rewards = tr
     end
   end
 end

@@ -26,9 +26,20 @@
 -- the repo after task 4, how often the right candidate was picked when offered (tasks 2-4), how
 -- often a success was distilled into the right skill (tasks 1-3).
 --
---   moonrl run recipes/skill1.lua [--seed 1] [--seeds 1] [--arms skill1,no_distil,outcome,grpo_nomem; also no_trend]
---     [--steps 25] [--streams 4] [--group 4] [--examples 1500] [--epochs 5] [--eval-streams 64]
---     [--rate 0.1] [--lr 3e-4] [--dim 64] [--dir runs] [--smoke]
+-- Two more arms behind --arms, for the two other papers of section 2.5, both outcome-GRPO on the
+-- same loop: skillrl (SkillRL: the policy's distils are dropped; after each task a scripted
+-- teacher, rulebook.skill1.teach, writes room + the hidden code into the chain's repo when the
+-- task failed and its room's validation success, the training success of the room's tasks in
+-- earlier steps, is under 0.4, at most 3 skills an update; the teacher also runs in evaluation
+-- with the rates frozen; rows "SFT + teacher" and "skillrl, ungated" show the start and the
+-- trained policy with the teacher writing for every room, no trigger) and comprl
+-- (Complementary RL: the distil turn is the extractor; it gets task t+1's success minus that of
+-- a paired rollout of task t+1, same seed, without the entry; rulebook.skill1.comp_credit).
+--
+--   moonrl run recipes/skill1.lua [--seed 1] [--seeds 1] [--arms skill1,no_distil,outcome,grpo_nomem; also no_trend,
+--     skillrl,comprl] [--steps 25] [--streams 4] [--group 4] [--examples 1500] [--epochs 5] [--eval-streams 64]
+--     [--rate 0.1] [--lr 3e-4] [--dim 64] [--dir runs] [--reuse-sft] [--smoke]
+--   (--reuse-sft: load <dir>/skill1-sft-s<seed>.bin when it exists instead of training it)
 local rl = require "moonrl"
 
 local root = os.getenv("MOONRL_ROOT") or "."
@@ -40,7 +51,7 @@ local mix = rl.train.mix
 
 local o, why = R.args(arg, { seed = 1, seeds = 1, arms = "skill1,no_distil,outcome,grpo_nomem", steps = 25,
   streams = 4, group = 4, examples = 1500, epochs = 5, eval_streams = 64, rate = 0.1, lr = 3e-4, dim = 64,
-  dir = root .. "/runs", smoke = false })
+  dir = root .. "/runs", smoke = false, reuse_sft = false })
 if not o then error("skill1.lua: " .. why, 0) end
 
 -- credit[arm] = {trend = selection credited by the trend, distil = distillation by its own credit}
@@ -48,6 +59,8 @@ local ARMS = {
   skill1 = { trend = true, distil = true }, no_trend = { trend = false, distil = true },
   no_distil = { trend = true, distil = false }, outcome = { trend = false, distil = false },
   grpo_nomem = { trend = false, distil = false, nomem = true },
+  skillrl = { trend = false, distil = false, teacher = true },
+  comprl = { trend = false, distil = false, comp = true },
 }
 local arms = {}
 for name in o.arms:gmatch("[^,]+") do
@@ -84,9 +97,11 @@ local function task_of(chain, t, nomem)
 end
 
 -- Runs tasks 1..4 of every chain: rollout(tasks, t) -> a batch of one episode per task, in order.
--- Each episode's distil joins its chain's repo (not with nomem). Returns eps[t][c] and the
--- batches, one a task.
-local function run_chains(chains, nomem, rollout)
+-- Each episode's distil joins its chain's repo (not with nomem). With val (SkillRL), the policy's
+-- distil is dropped and the teacher updates the chain's repo after each task instead
+-- (S1.teach on the task when it failed, with val the rooms' validation success). Returns
+-- eps[t][c] and the batches, one a task.
+local function run_chains(chains, nomem, rollout, val)
   local eps, batches = {}, {}
   for t = 1, B.TASKS do
     local list = {}
@@ -94,7 +109,11 @@ local function run_chains(chains, nomem, rollout)
     local b = rollout(list, t)
     eps[t] = b.episodes
     for c, ep in ipairs(b.episodes) do
-      if not nomem then S1.admit(chains[c].repo, info_of(ep, "distil").distil) end
+      if val then
+        if not ep.success then S1.teach(chains[c].repo, { ep.task }, val) end
+      elseif not nomem then
+        S1.admit(chains[c].repo, info_of(ep, "distil").distil)
+      end
     end
     batches[t] = b
   end
@@ -134,6 +153,14 @@ local function train(seed, name, path, pool)
   local model = new_model(seed)
   assert(model:load_checkpoint(path))
   local trends, secs, n = {}, 0, 0
+  -- SkillRL's validation success per room: the training outcomes of the room's tasks up to the
+  -- step before (wins / tasks; a room not yet seen counts as 0, so the teacher starts active).
+  local seen, won = {}, {}
+  local function val_now()
+    local v = {}
+    for room, k in pairs(seen) do v[room] = won[room] / k end
+    return v
+  end
   local function tasks(_, _, count, tseed)
     local rng = rl.rng(tseed)
     local list = {}
@@ -142,15 +169,53 @@ local function train(seed, name, path, pool)
   end
   local function rollout(ctx, req)
     local chains = chains_of(req.tasks, req.repeats)
+    local val = cr.teacher and val_now() or nil
+    -- Complementary RL: task t's tasks rolled out again (same seeds) with the repos of task t-1,
+    -- before its distils joined them; without[t][c] their successes (not trained on).
+    local without, prev = {}, nil
     local eps, batches = run_chains(chains, cr.nomem, function(list, t)
+      if cr.comp and prev then
+        local cf = {}
+        for c, task in ipairs(list) do
+          cf[c] = {}
+          for k, v in pairs(task) do cf[c][k] = v end
+          cf[c].repo = copy(prev[c].repo)
+        end
+        local cb = rl.train.rollout.run(ctx, { tasks = cf, repeats = 1, seed = mix(req.seed, t),
+          temperature = req.temperature, group_base = 0 })
+        without[t] = {}
+        for c, ep in ipairs(cb.episodes) do without[t][c] = ep.success and true or false end
+      end
+      prev = list
       local b = rl.train.rollout.run(ctx, { tasks = list, repeats = 1, seed = mix(req.seed, t),
         temperature = req.temperature, group_base = 0 })
       for c, ep in ipairs(b.episodes) do ep.group = req.group_base + (t - 1) * #req.tasks + chains[c].s end
       return b
-    end)
+    end, val)
+    if cr.teacher then
+      for t = 1, B.TASKS do
+        for _, ep in ipairs(eps[t]) do
+          local room = ep.task.room
+          seen[room], won[room] = (seen[room] or 0) + 1, (won[room] or 0) + (ep.success and 1 or 0)
+        end
+      end
+    end
     local keys = {}
     for c, ch in ipairs(chains) do keys[c] = ch.stream.id end
-    S1.credit(eps, keys, { trend = cr.trend, distil = cr.distil, rate = o.rate }, trends)
+    if cr.comp then
+      -- pairing check: where task t-1's distil was malformed (the repo unchanged), the two
+      -- rollouts of task t must agree
+      for t = 2, B.TASKS do
+        for c, ep in ipairs(eps[t]) do
+          if not info_of(eps[t - 1][c], "distil").distil and without[t][c] ~= (ep.success and true or false) then
+            error("skill1.lua: comprl: the paired rollout of an unchanged repo differs", 0)
+          end
+        end
+      end
+      S1.comp_credit(eps, without)
+    else
+      S1.credit(eps, keys, { trend = cr.trend, distil = cr.distil, rate = o.rate }, trends)
+    end
     return rl.batch.concat(batches)
   end
   rl.train {
@@ -160,13 +225,14 @@ local function train(seed, name, path, pool)
     lr = o.lr, tasks = tasks, rollout = rollout, eval = false, overwrite = true, checkpoint_every = o.steps,
     on_step = function(_, mt) secs, n = secs + mt["time/step"], n + 1 end,
   }
-  return model, secs / math.max(n, 1)
+  return model, secs / math.max(n, 1), cr.teacher and val_now() or nil
 end
 
 -- Greedy evaluation on held-out streams, one chain each.
-local function evaluate(model, streams, nomem, seed)
+-- With val, the teacher updates the repos as in training (SkillRL), val frozen.
+local function evaluate(model, streams, nomem, seed, val)
   local chains = chains_of(streams, 1)
-  local eps = run_chains(chains, nomem, function(list, t) return greedy(model, list, mix(seed, t)) end)
+  local eps = run_chains(chains, nomem, function(list, t) return greedy(model, list, mix(seed, t)) end, val)
   local m = { success = 0, tries = 0, n = 0, repo = 0, offered = 0, right_pick = 0, wins = 0, right_distil = 0 }
   for t = 1, B.TASKS do
     for c, ch in ipairs(chains) do
@@ -199,7 +265,13 @@ local function one_seed(seed)
   local t0 = rl.clock()
   local path = string.format("%s/skill1-sft-s%d.bin", o.dir, seed)
   local sft_m = new_model(seed)
-  local sft = R.warm_start { model = sft_m, epochs = o.epochs, path = path, seed = mix(seed, 0x5F7),
+  local f = o.reuse_sft and io.open(path, "rb")
+  local sft
+  if f then
+    f:close()
+    assert(sft_m:load_checkpoint(path))
+  end
+  sft = f and { final_loss = 0 / 0 } or R.warm_start { model = sft_m, epochs = o.epochs, path = path, seed = mix(seed, 0x5F7),
     data = rl.train.oracle_examples({ cfg = { env = S1, max_turns = S1.max_turns }, tokenizer = tok }, o.examples,
       mix(seed, 0xF7)) }
   local sft_s = rl.clock() - t0
@@ -207,19 +279,28 @@ local function one_seed(seed)
   for i, st in ipairs(pool) do st.id = i end
   local held = S1.streams("test", o.eval_streams, 4242)
   local rows = {}
-  local function row(label, model, nomem, sps)
-    local r = evaluate(model, held, nomem, 7)
+  local function row(label, model, nomem, sps, val)
+    local r = evaluate(model, held, nomem, 7, val)
     r.label, r.sps = label, sps or 0
     rows[#rows + 1] = r
   end
   row("SFT, no memory", sft_m, true)
   row("SFT + repo", sft_m, false)
   for _, name in ipairs(arms) do
-    local m, sps = train(seed, name, path, pool)
-    row(name, m, ARMS[name].nomem, sps)
+    if ARMS[name].teacher then row("SFT + teacher", sft_m, false, 0, {}) end
   end
-  print(string.format("seed %d: SFT %d examples x %d epochs, loss %.3f, %.1f s; total %.1f s", seed, o.examples,
-    o.epochs, sft.final_loss, sft_s, rl.clock() - t0))
+  for _, name in ipairs(arms) do
+    local m, sps, val = train(seed, name, path, pool)
+    row(name, m, ARMS[name].nomem, sps, val)
+    -- the same policy with the teacher writing for every room (no trigger)
+    if ARMS[name].teacher then row(name .. ", ungated", m, false, sps, {}) end
+  end
+  if f then
+    print(string.format("seed %d: SFT reused %s; total %.1f s", seed, path, rl.clock() - t0))
+  else
+    print(string.format("seed %d: SFT %d examples x %d epochs, loss %.3f, %.1f s; total %.1f s", seed, o.examples,
+      o.epochs, sft.final_loss, sft_s, rl.clock() - t0))
+  end
   return rows
 end
 

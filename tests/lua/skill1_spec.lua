@@ -1,8 +1,10 @@
 -- skill1_spec.lua - envs/rulebook.lua's skill1 environment (candidates against a direct
 -- ranking, admission and retirement, the four roles' turns, the oracles, the streams and their bad
--- inputs), Skill1's credit (trends, distil credit, the ablations) and per-role group
--- normalisation against computations written here, and a smoke run of recipes/skill1.lua (its
--- table and arms, numbers in range, the same table twice, its option errors; not that it learns).
+-- inputs), Skill1's credit (trends, distil credit, the ablations), SkillRL's teacher update and
+-- Complementary RL's paired extractor credit, and per-role group normalisation against
+-- computations written here, and a smoke run of recipes/skill1.lua (its table and arms, the
+-- skillrl and comprl arms included, numbers in range, the same table twice, its option errors;
+-- not that it learns).
 local H = dofile((debug.getinfo(1, "S").source:match("^@(.*/)") or "./") .. "helpers.lua")
 local rl = require "moonrl"
 
@@ -165,6 +167,103 @@ local function episode(picked, success, d, group)
     { info = { role = "solve" } }, { info = { role = "solve" } }, { info = { role = "distil", distil = d } } } }
 end
 
+describe("SkillRL teacher", function()
+  -- The bank update by a direct rule: walk the failed tasks in order; a task whose room's
+  -- validation success (0 when missing) is under the threshold gives room + code, skipped when
+  -- the repo or this update already has it; stop after max_new; each admitted text is appended
+  -- and the oldest entry retired past 6.
+  local function direct(repo, failed, val, threshold, max_new)
+    local out, added = {}, {}
+    for i, r in ipairs(repo) do out[i] = r end
+    for _, task in ipairs(failed) do
+      if #added == max_new then break end
+      local text = L(task.room) .. L(task.code)
+      local dup = false
+      for _, r in ipairs(out) do dup = dup or r == text end
+      if (val[task.room] or 0) < threshold and not dup then
+        added[#added + 1] = text
+        out[#out + 1] = text
+        if #out > 6 then table.remove(out, 1) end
+      end
+    end
+    return out, added
+  end
+
+  it("writes room + code from failed tasks of rooms under the threshold, at most max_new, no duplicates", function()
+    local rng = rl.rng(31)
+    local checked_cap, checked_skip = false, false
+    for _ = 1, 300 do
+      local repo = {}
+      for k = 1, rng:random(0, 6) do repo[k] = L(rng:random(4) - 1) .. L(rng:random(4) - 1) end
+      local failed = {}
+      for k = 1, rng:random(0, 6) do failed[k] = { room = rng:random(4) - 1, code = rng:random(4) - 1 } end
+      local val = {}
+      for room = 0, 3 do if rng:random() < 0.8 then val[room] = rng:random() end end
+      local threshold, max_new = ({ 0.4, 0.6 })[rng:random(2)], rng:random(0, 3)
+      local want, want_added = direct(repo, failed, val, threshold, max_new)
+      local got, added = S1.teach(repo, failed, val, { threshold = threshold, max_new = max_new })
+      assert.are.equal(repo, got)
+      assert.are.same(want, got)
+      assert.are.same(want_added, added)
+      checked_cap = checked_cap or (#added == max_new and max_new > 0)
+      checked_skip = checked_skip or (#failed > #added and #added < max_new)
+    end
+    assert.is_true(checked_cap and checked_skip)
+    -- the defaults: threshold 0.4, 3 new skills
+    local repo = {}
+    local _, added = S1.teach(repo, { { room = 0, code = 1 }, { room = 1, code = 2 }, { room = 2, code = 3 },
+      { room = 3, code = 4 }, { room = 4, code = 5 } }, { [0] = 0.39, [1] = 0.4 })
+    assert.are.same({ "ab", "cd", "de" }, added)
+    assert.are.same({ "ab", "cd", "de" }, repo)
+  end)
+
+  it("refuses bad inputs with errors that name them", function()
+    assert.has_error(function() S1.teach(nil, {}, {}) end, "rulebook.skill1.teach: repo: a list of skills expected")
+    assert.has_error(function() S1.teach({}, "x", {}) end, "rulebook.skill1.teach: failed: a list of tasks expected")
+    assert.has_error(function() S1.teach({}, {}, 0.4) end, "rulebook.skill1.teach: val: a table room -> success expected")
+    assert.has_error(function() S1.teach({}, {}, {}, { thresh = 0.4 }) end, "rulebook.skill1.teach: unknown option 'thresh'")
+    assert.has_error(function() S1.teach({}, {}, {}, { threshold = "0.4" }) end,
+      "rulebook.skill1.teach: threshold: a number expected")
+    assert.has_error(function() S1.teach({}, {}, {}, { max_new = -1 }) end,
+      "rulebook.skill1.teach: max_new: a non-negative integer expected")
+    assert.has_error(function() S1.teach({}, {}, {}, { max_new = 1.5 }) end,
+      "rulebook.skill1.teach: max_new: a non-negative integer expected")
+  end)
+end)
+
+describe("Complementary RL credit", function()
+  it("gives the extractor's distil the actor's next success with its entry minus without, the rest the outcome", function()
+    local rng = rl.rng(77)
+    for _ = 1, 50 do
+      local eps, without = {}, {}
+      for t = 1, 4 do
+        eps[t], without[t] = {}, {}
+        for c = 1, 3 do
+          local record = { { info = { role = "query" } }, { info = { role = "pick" } } }
+          for _ = 1, rng:random(1, 8) do record[#record + 1] = { info = { role = "solve" } } end
+          record[#record + 1] = { info = { role = "distil" } }
+          eps[t][c] = { record = record, success = rng:random() < 0.5 }
+          without[t][c] = rng:random() < 0.5
+        end
+      end
+      S1.comp_credit(eps, without)
+      for t = 1, 4 do
+        for c = 1, 3 do
+          local ep, s = eps[t][c], eps[t][c].success and 1 or 0
+          local n = #ep.record
+          for k = 1, n - 1 do assert.are.equal(s, ep.turn_rewards[k]) end
+          if t < 4 then
+            local want = (eps[t + 1][c].success and 1 or 0) - (without[t + 1][c] and 1 or 0)
+            assert.are.equal(want, ep.turn_rewards[n])
+          else
+            assert.is_nil(ep.turn_rewards[n])
+          end
+        end
+      end
+    end
+  end)
+end)
+
 describe("Skill1 credit", function()
   -- two chains of one stream ("s"), three tasks
   local function chains()
@@ -256,7 +355,7 @@ end)
 
 describe("recipes/skill1.lua", function()
   local function run(dir)
-    return H.recipe("skill1.lua", "--smoke --arms skill1,no_trend,no_distil,outcome,grpo_nomem --dir " .. H.shell_quote(dir))
+    return H.recipe("skill1.lua", "--smoke --arms skill1,no_trend,no_distil,outcome,grpo_nomem,skillrl,comprl --dir " .. H.shell_quote(dir))
   end
   -- The table's lines from its title on, each without its last column (s/step, a timing).
   local function table_of(out)
@@ -276,7 +375,8 @@ describe("recipes/skill1.lua", function()
     local tbl = table_of(out)
     assert.is_truthy(tbl, out)
     assert.matches("arm%s+success 2%-4 %%%s+tries 2%-4%s+own skills%s+pick right %%%s+distil ok %%", tbl)
-    for _, arm in ipairs { "SFT, no memory", "SFT %+ repo", "skill1", "no_trend", "no_distil", "outcome", "grpo_nomem" } do
+    for _, arm in ipairs { "SFT, no memory", "SFT %+ repo", "SFT %+ teacher", "skill1", "no_trend", "no_distil", "outcome",
+      "grpo_nomem", "skillrl", "skillrl, ungated", "comprl" } do
       local s, tries, own, pick, distil = tbl:match("\n" .. arm .. "%s+([%d.]+)%s+([%d.]+)%s+([%d.]+)%s+([%d.]+)%s+([%d.]+)")
       assert.is_truthy(s, arm .. "\n" .. tbl)
       s, tries, own, pick, distil = tonumber(s), tonumber(tries), tonumber(own), tonumber(pick), tonumber(distil)
@@ -284,6 +384,10 @@ describe("recipes/skill1.lua", function()
       assert.is_true(tries >= 1 and tries <= 8)
       assert.is_true(own >= 0 and own <= S1.MAX_REPO)
       if arm == "SFT, no memory" or arm == "grpo_nomem" then assert.are.equal(0, own) end
+      -- the teacher writes one stream's skill at most once: <= 1 own entry a chain; the smoke
+      -- start fails task 1 everywhere, so with every room under 0.4 it writes one on each chain
+      if arm == "SFT %+ teacher" then assert.are.equal(1, own) end
+      if arm == "skillrl" or arm == "skillrl, ungated" then assert.is_true(own <= 1) end
     end
   end)
 
