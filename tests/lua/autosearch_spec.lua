@@ -4,15 +4,9 @@
 -- episode's excess searches, and its option errors. Not that it learns (the README's table).
 local H = dofile((debug.getinfo(1, "S").source:match("^@(.*/)") or "./") .. "helpers.lua")
 
-local function run(dir, extra)
-  return H.run(table.concat({ H.shell_quote(H.moonrl), "run", H.shell_quote(H.root .. "/recipes/autosearch.lua"),
-    "--smoke", extra or "", "--dir", H.shell_quote(dir) }, " "))
-end
+local run = H.smoke_runner("autosearch.lua")
 
-local function table_of(out)
-  local at = out:find("\nautosearch, seed 1;", 1, true)
-  return at and (out:sub(at):gsub("%s+[%d.]+\n", "\n"):gsub("%s+[%d.]+$", "")) or nil -- s/step dropped
-end
+local function table_of(out) return H.table_without_seconds(out, "autosearch, seed 1;") end -- s/step dropped
 
 describe("recipes/autosearch.lua", function()
   local dir = H.tmpdir()

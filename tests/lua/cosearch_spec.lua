@@ -169,15 +169,9 @@ describe("kbqa.cosearch", function()
   end)
 end)
 
-local function run(dir, extra)
-  return H.run(table.concat({ H.shell_quote(H.moonrl), "run", H.shell_quote(H.root .. "/recipes/cosearch.lua"),
-    "--smoke", extra or "", "--dir", H.shell_quote(dir) }, " "))
-end
+local run = H.smoke_runner("cosearch.lua")
 
-local function table_of(out)
-  local at = out:find("\ncosearch, seed 1;", 1, true)
-  return at and (out:sub(at):gsub("%s+[%d.]+\n", "\n"):gsub("%s+[%d.]+$", "")) or nil -- s/step dropped
-end
+local function table_of(out) return H.table_without_seconds(out, "cosearch, seed 1;") end -- s/step dropped
 
 describe("recipes/cosearch.lua", function()
   local dir = H.tmpdir()

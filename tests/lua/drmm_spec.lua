@@ -112,15 +112,9 @@ describe("rl.train.advantage.structure", function()
   end)
 end)
 
-local function run(dir, extra)
-  return H.run(table.concat({ H.shell_quote(H.moonrl), "run", H.shell_quote(H.root .. "/recipes/drmm.lua"),
-    "--smoke", extra or "", "--dir", H.shell_quote(dir) }, " "))
-end
+local run = H.smoke_runner("drmm.lua")
 
-local function table_of(out)
-  local at = out:find("\ndrmm, seed 1;", 1, true)
-  return at and (out:sub(at):gsub("%s+[%d.]+\n", "\n"):gsub("%s+[%d.]+$", "")) or nil -- s/step dropped
-end
+local function table_of(out) return H.table_without_seconds(out, "drmm, seed 1;") end -- s/step dropped
 
 describe("recipes/drmm.lua", function()
   local dir = H.tmpdir()

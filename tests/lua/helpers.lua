@@ -52,6 +52,21 @@ function H.recipe(name, args)
   return out, code
 end
 
+-- run(dir [, extra]) for recipes/<name> with --smoke and --dir dir (through H.recipe): output,
+-- exit code.
+function H.smoke_runner(name)
+  return function(dir, extra)
+    return H.recipe(name, "--smoke " .. (extra or "") .. " --dir " .. H.shell_quote(dir))
+  end
+end
+
+-- The part of out from the line that starts with head on, each line's last number (a seconds
+-- column, which differs between runs) dropped; nil when out has no such line.
+function H.table_without_seconds(out, head)
+  local at = out:find("\n" .. head, 1, true)
+  return at and (out:sub(at):gsub("%s+[%d.]+\n", "\n"):gsub("%s+[%d.]+$", "")) or nil
+end
+
 -- Plays actions through a new episode of env on task (rl.env.step, until done); returns the
 -- turn records, the episode and the first observation.
 function H.play(env, task, actions)
