@@ -16,29 +16,13 @@
  * the same maths as matrix products through mrl__gemm (OpenBLAS, or the portable kernel), for
  * the calling thread only. */
 #include "model.h"
+#include "kernel_math.h"
 
 #include <math.h>
 #include <string.h>
 
 enum { ATT_ROWS = 4, ATT_COLS = MRL_ATTN_COLS };
 
-/* Without trapping math (which changes no result, only whether FP exceptions count as
- * observable), gcc may turn the float selects of the softmax into vector masks; with contraction,
- * a * b + c into an FMA. */
-#if defined(__GNUC__) && !defined(__clang__)
-#define ATT_MATH __attribute__((optimize("no-trapping-math", "fp-contract=fast")))
-#define ATT_INLINE                                                                                 \
-  __attribute__((always_inline, optimize("no-trapping-math", "fp-contract=fast"))) inline
-#else
-#define ATT_MATH
-#define ATT_INLINE inline
-#endif
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-#define ATT_KERNEL                                                                                 \
-  __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default"))) ATT_MATH
-#else
-#define ATT_KERNEL ATT_MATH
-#endif
 /* full unrolling of the tile loops, so that the accumulators become registers */
 #define ATT_UNROLL_ROWS _Pragma("GCC unroll 4")
 #define ATT_UNROLL_COLS _Pragma("GCC unroll 16")
@@ -54,7 +38,7 @@ static int64_t padded_keys(int keys) { return round_up((int64_t)keys + ATT_ROWS 
 /* s (ATT_ROWS, lds): s[r][c] = scale * sum_d a[r][d] bt[d][c] for c < cols (whole tiles), with a
  * the tile's query rows and bt the transposed keys: row d of column tile j at bt + d ldb + j ldc
  * (ldc = ATT_COLS when the rows are plain rows). */
-ATT_KERNEL static void tile_scores(float *restrict s, int64_t lds, const float *const a[ATT_ROWS],
+MRL_KERNEL static void tile_scores(float *restrict s, int64_t lds, const float *const a[ATT_ROWS],
                                    const float *restrict bt, int64_t ldb, int64_t ldc, int hd,
                                    int64_t cols, float scale) {
   for (int64_t c0 = 0; c0 < cols; c0 += ATT_COLS) {
@@ -76,7 +60,7 @@ ATT_KERNEL static void tile_scores(float *restrict s, int64_t lds, const float *
 /* o (ATT_ROWS, hp) = p v for the tile's first n rows: o[r][d] = sum_{k <= last + r} p[r][k]
  * v[k][d], v (keys, ldv) read in whole tiles of columns (hp, a multiple of ATT_COLS). Rows past n
  * get partial sums (the caller drops them) and v is not read past key last + n - 1. */
-ATT_KERNEL static void tile_combine(float *restrict o, const float *const p[ATT_ROWS],
+MRL_KERNEL static void tile_combine(float *restrict o, const float *const p[ATT_ROWS],
                                     const float *restrict v, int64_t ldv, int hp, int n,
                                     int last) {
   for (int d0 = 0; d0 < hp; d0 += ATT_COLS) {
@@ -109,7 +93,7 @@ ATT_KERNEL static void tile_combine(float *restrict o, const float *const p[ATT_
  * are a plain loop for the loop vectorizer; a lone unrolled tile would be left scalar.) */
 enum { ATT_WIDE = ATT_ROWS * ATT_COLS };
 
-ATT_KERNEL static void row_scores(float *restrict s, const float *a, const float *restrict bt,
+MRL_KERNEL static void row_scores(float *restrict s, const float *a, const float *restrict bt,
                                   int64_t ldb, int64_t ldc, int hd, int64_t cols, float scale) {
   int64_t c0 = 0;
   for (; c0 + ATT_WIDE <= cols; c0 += ATT_WIDE) {
@@ -138,7 +122,7 @@ ATT_KERNEL static void row_scores(float *restrict s, const float *a, const float
   }
 }
 
-ATT_KERNEL static void row_combine(float *restrict o, const float *p, const float *restrict v,
+MRL_KERNEL static void row_combine(float *restrict o, const float *p, const float *restrict v,
                                    int64_t ldv, int hp, int last) {
   int d0 = 0;
   for (; d0 + ATT_WIDE <= hp; d0 += ATT_WIDE) {
@@ -168,7 +152,7 @@ ATT_KERNEL static void row_combine(float *restrict o, const float *p, const floa
 
 /* acc (keys, hp) += w^T x over the tile's first n rows: acc[k][d] += w[r][k] x[r][d] for
  * k <= last + r, in the order of r. x (ATT_ROWS, hp); rows past n of w and x are zero. */
-ATT_KERNEL static void tile_update(float *restrict acc, int hp, const float *const w[ATT_ROWS],
+MRL_KERNEL static void tile_update(float *restrict acc, int hp, const float *const w[ATT_ROWS],
                                    const float *restrict x, int n, int last) {
   const float *x0 = x, *x1 = x + hp, *x2 = x + 2 * hp, *x3 = x + 3 * hp;
   for (int k = 0; k <= last; k++) {
@@ -191,37 +175,10 @@ ATT_KERNEL static void tile_update(float *restrict acc, int hp, const float *con
   }
 }
 
-/* e^x for the kernels' softmax, within a few ulp of expf where the result is a normal float
- * (x in [-87, 88]; below, 0): x = k ln2 + r with |r| <= ln2 / 2 (ln2 in two parts, so k ln2 is
- * exact), e^r by its Taylor series to r^7 (the remainder is under 1e-8), 2^k put together in the
- * exponent bits. Written for vectorizing: no branches, no calls, no float-to-int conversion (k's
- * bits are read off the rounding constant instead, well defined even for NaN, which stays NaN). */
-static ATT_INLINE float exp_kernel(float x) {
-  float c = x > 88.0f ? 88.0f : x;
-  c = c < -87.0f ? -87.0f : c;
-  const float round = 12582912.0f; /* 1.5 * 2^23: adding it rounds to an integer (low bits) */
-  float t = c * 1.44269504f + round, k = t - round;
-  float r = (c - k * 0.693359375f) - k * -2.12194440e-4f;
-  float p = 1.0f / 5040.0f;
-  p = p * r + 1.0f / 720.0f;
-  p = p * r + 1.0f / 120.0f;
-  p = p * r + 1.0f / 24.0f;
-  p = p * r + 1.0f / 6.0f;
-  p = p * r + 0.5f;
-  p = p * r + 1.0f;
-  p = p * r + 1.0f;
-  uint32_t bits;
-  memcpy(&bits, &t, sizeof bits);
-  bits = (bits - 0x4b400000u + 127u) << 23; /* the bits of t hold round + k */
-  float scale;
-  memcpy(&scale, &bits, sizeof scale);
-  return x < -87.0f ? 0.0f : p * scale;
-}
-
 /* row[0..last] = softmax(row[0..last]) in place, zero from last + 1 to the end of its column
  * tile (row holds whole tiles). The sum goes into ATT_COLS double lanes, added in lane order.
  * (The lane loops are left to the loop vectorizer, which turns their selects into masks.) */
-ATT_KERNEL static void tile_softmax_row(float *restrict row, int last) {
+MRL_KERNEL static void tile_softmax_row(float *restrict row, int last) {
   int64_t cols = round_up(last + 1, ATT_COLS);
   float first = row[0], lane_max[ATT_COLS];
   for (int u = 0; u < ATT_COLS; u++) lane_max[u] = first;
@@ -236,7 +193,7 @@ ATT_KERNEL static void tile_softmax_row(float *restrict row, int last) {
   double lane_sum[ATT_COLS] = {0};
   for (int64_t c0 = 0; c0 < cols; c0 += ATT_COLS)
     for (int u = 0; u < ATT_COLS; u++) {
-      float e = exp_kernel(row[c0 + u] - mx);
+      float e = mrl__exp_kernel(row[c0 + u] - mx);
       e = c0 + u <= last ? e : 0.0f;
       row[c0 + u] = e;
       lane_sum[u] += e;
@@ -250,7 +207,7 @@ ATT_KERNEL static void tile_softmax_row(float *restrict row, int last) {
 
 /* The softmax backward of one row in place: d[s] = p[s] (d[s] - sum_j p[j] d[j]) scale over
  * `cols` columns (whole tiles; p is zero past the row's range, so d becomes zero there too). */
-ATT_KERNEL static void tile_softmax_backward_row(float *restrict d, const float *restrict p,
+MRL_KERNEL static void tile_softmax_backward_row(float *restrict d, const float *restrict p,
                                                  int64_t cols, float scale) {
   double lane_dot[ATT_COLS] = {0};
   for (int64_t c0 = 0; c0 < cols; c0 += ATT_COLS)

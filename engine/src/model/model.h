@@ -35,6 +35,7 @@ typedef enum {
   SCRATCH_XN,     /* normalised projection inputs, n x dim */
   SCRATCH_HIDDEN, /* MLP hidden activation, n x ffn */
   SCRATCH_HEAD,   /* a block of logits */
+  SCRATCH_HEAD_ROWS, /* a block's gathered final hidden states and their gradients */
   SCRATCH_DX,     /* gradient of the residual stream */
   SCRATCH_DMID,
   SCRATCH_DXN,
@@ -75,6 +76,8 @@ struct mrl_model {
   /* attention through the reference (OpenBLAS products, on the calling thread) instead of the
    * kernels on the engine's threads: what the tests compare the kernels against */
   bool reference_attention;
+  /* the LM head over every row with libm's exp (head.c's reference) */
+  bool reference_head;
 };
 
 /* What a forward pass keeps for the backward pass, for a batch of `batch` x `steps` tokens
@@ -256,9 +259,16 @@ void mrl__swiglu_rows(mrl_engine *e, float *hidden, const float *gate_up, int64_
 void mrl__swiglu_backward_rows(mrl_engine *e, float *dgate_up, const float *dhidden,
                                const float *gate_up, int64_t n, int64_t f);
 
-/* model_forward.c pieces the backward pass and the KV cache reuse. */
+/* head.c: the LM head. check_head: a forward pass to use and targets in -1 .. vocab - 1.
+ * head_logits: out (rows, vocab) = the logits of rows [r0, r0 + rows) of the last forward.
+ * head_reserve: the scratch scoring and the head's backward need (and the engine's threads).
+ * head_backward: dxf (n, dim) = the gradient of the final hidden states and the head weights'
+ * gradient += that of sum_i dlogprobs_i log p_i(target_i) + dentropy_i H_i (rows with target -1
+ * or zero coefficients skipped); needs head_reserve. */
 mrl_status mrl__model_check_head(mrl_model *m, const char *fn, const int32_t *targets);
 void mrl__model_head_logits(mrl_model *m, float *out, int64_t r0, int64_t rows);
-void mrl__row_stats(const float *z, int64_t V, float *lse, float *entropy);
+mrl_status mrl__model_head_reserve(mrl_model *m, const char *fn);
+void mrl__model_head_backward(mrl_model *m, float *dxf, const int32_t *targets,
+                              const float *dlogprobs, const float *dentropy);
 
 #endif /* MRL_MODEL_H */

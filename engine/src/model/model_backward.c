@@ -70,42 +70,6 @@ static void linear_backward(float *dx, float *dw, const float *dy, const float *
   mrl__gemm(false, false, n, in, out, 1.0f, dy, lddy, w, in, accumulate_dx ? 1.0f : 0.0f, dx, ldx);
 }
 
-/* ---- LM head backward: d logits block by block, into dW_head and dxf ---- */
-
-static mrl_status head_backward(mrl_model *m, const char *fn, float *dxf, const int32_t *targets,
-                                const float *dlogprobs, const float *dentropy) {
-  int64_t n = (int64_t)m->act->batch * m->act->steps, V = m->cfg.vocab, D = m->cfg.dim;
-  float *block = mrl__model_scratch(m, SCRATCH_HEAD, MRL_HEAD_BLOCK * V);
-  if (!block) return mrl__fail(m->engine, MRL_ERR_NOMEM, fn, "cannot allocate logits");
-  for (int64_t r0 = 0; r0 < n; r0 += MRL_HEAD_BLOCK) {
-    int64_t rows = n - r0 < MRL_HEAD_BLOCK ? n - r0 : MRL_HEAD_BLOCK;
-    mrl__model_head_logits(m, block, r0, rows);
-    for (int64_t i = 0; i < rows; i++) {
-      float *z = block + i * V;
-      int32_t tgt = targets[r0 + i];
-      float g = dlogprobs && tgt >= 0 ? dlogprobs[r0 + i] : 0.0f;
-      float gh = dentropy && tgt >= 0 ? dentropy[r0 + i] : 0.0f;
-      if (g == 0.0f && gh == 0.0f) {
-        memset(z, 0, sizeof(float) * (size_t)V);
-        continue;
-      }
-      float lse, ent;
-      mrl__row_stats(z, V, &lse, &ent);
-      /* d logp / dz_j = 1[j = target] - p_j;  d H / dz_j = -p_j (log p_j + H) */
-      for (int64_t j = 0; j < V; j++) {
-        float logp = z[j] - lse, p = expf(logp);
-        z[j] = -g * p - gh * p * (logp + ent);
-      }
-      z[tgt] += g;
-    }
-    mrl__gemm(true, false, V, D, rows, 1.0f, block, V, m->act->xf + r0 * D, D, 1.0f,
-              m->grads + m->lm_head, D);
-    mrl__gemm(false, false, rows, D, V, 1.0f, block, V, m->weights + m->lm_head, D, 0.0f,
-              dxf + r0 * D, D);
-  }
-  return MRL_OK;
-}
-
 mrl_status mrl_model_backward(mrl_model *m, const int32_t *targets, const float *dlogprobs,
                               const float *dentropy) {
   return mrl_model_backward_hidden(m, targets, dlogprobs, dentropy, NULL);
@@ -130,10 +94,11 @@ mrl_status mrl_model_backward_hidden(mrl_model *m, const int32_t *targets,
   /* everything that can fail comes before the first gradient changes */
   mrl_scratch_slot slots[] = {SCRATCH_DX,   SCRATCH_DMID,  SCRATCH_DXN,      SCRATCH_XN,
                               SCRATCH_HIDDEN, SCRATCH_DQKV, SCRATCH_DATTN, SCRATCH_DGATE_UP,
-                              SCRATCH_HEAD, SCRATCH_ATTN_WORK};
+                              SCRATCH_HEAD, SCRATCH_HEAD_ROWS, SCRATCH_ATTN_WORK};
   int64_t sizes[] = {n * D, n * D, n * D, n * D, n * F, n * qkv_w, n * m->q_dim, n * 2 * F,
-                     MRL_HEAD_BLOCK * (int64_t)c->vocab, threads * work};
-  if (!m->reference_attention && (st = mrl__pool_start(m->engine, fn))) return st;
+                     MRL_HEAD_BLOCK * (int64_t)c->vocab, 2 * MRL_HEAD_BLOCK * D, threads * work};
+  if ((!m->reference_attention || !m->reference_head) && (st = mrl__pool_start(m->engine, fn)))
+    return st;
   if (!mrl__model_reserve(m, (int)(sizeof slots / sizeof *slots), slots, sizes))
     return mrl__fail(m->engine, MRL_ERR_NOMEM, fn, "cannot allocate gradient buffers");
   float *dx = m->scratch[SCRATCH_DX].p, *dmid = m->scratch[SCRATCH_DMID].p;
@@ -144,7 +109,7 @@ mrl_status mrl_model_backward_hidden(mrl_model *m, const int32_t *targets,
   float *G = m->grads;
 
   /* LM head, then the final norm */
-  if ((st = head_backward(m, fn, dxn, targets, dlogprobs, dentropy))) return st;
+  mrl__model_head_backward(m, dxn, targets, dlogprobs, dentropy);
   if (dhidden)
     for (int64_t i = 0; i < n * D; i++) dxn[i] += dhidden[i];
   rmsnorm_backward(dx, G + m->final_norm, dxn, a->x + (int64_t)c->layers * n * D, a->rstd_final,

@@ -1,7 +1,6 @@
 /* model_forward.c - the decoder's forward pass over a right-padded batch (the blocks of block.c,
- * keeping the activations the backward pass needs), and the LM head (log-probabilities,
- * entropies, logits) computed in blocks of rows so that the (positions x vocab) logits never have
- * to exist at once. */
+ * keeping the activations the backward pass needs, up to the final normalised hidden states that
+ * the LM head of head.c reads). */
 #include "model.h"
 
 #include <math.h>
@@ -201,84 +200,6 @@ mrl_status mrl_model_forward(mrl_model *m, const int32_t *tokens, const int32_t 
   mrl__rmsnorm(a->xf, a->rstd_final, a->x + (int64_t)c->layers * n * D, W + m->final_norm, n, D,
                c->norm_eps);
   a->valid = true;
-  return MRL_OK;
-}
-
-/* ---- the LM head ---- */
-
-mrl_status mrl__model_check_head(mrl_model *m, const char *fn, const int32_t *targets) {
-  if (!m->act || !m->act->valid)
-    return mrl__fail(m->engine, MRL_ERR_INVALID, fn,
-                     "no forward pass to use: call mrl_model_forward first (again after an "
-                     "optimizer step)");
-  if (!targets) return mrl__fail(m->engine, MRL_ERR_NULL, fn, "targets is NULL");
-  int64_t n = (int64_t)m->act->batch * m->act->steps;
-  for (int64_t i = 0; i < n; i++)
-    if (targets[i] < -1 || targets[i] >= m->cfg.vocab)
-      return mrl__fail(m->engine, MRL_ERR_RANGE, fn, "targets[%lld] = %d is outside -1..%d",
-                       (long long)i, targets[i], m->cfg.vocab - 1);
-  return MRL_OK;
-}
-
-/* Logits of rows [r0, r0 + rows) of the last forward: out (rows, vocab). */
-void mrl__model_head_logits(mrl_model *m, float *out, int64_t r0, int64_t rows) {
-  int64_t D = m->cfg.dim, V = m->cfg.vocab;
-  mrl__gemm(false, true, rows, V, D, 1.0f, m->act->xf + r0 * D, D, m->weights + m->lm_head, D,
-            0.0f, out, V);
-}
-
-/* log-sum-exp and entropy of one row of logits. */
-void mrl__row_stats(const float *z, int64_t V, float *lse, float *entropy) {
-  float mx = z[0];
-  for (int64_t j = 1; j < V; j++)
-    if (z[j] > mx) mx = z[j];
-  double sum = 0.0, dot = 0.0;
-  for (int64_t j = 0; j < V; j++) {
-    double ez = exp((double)(z[j] - mx));
-    sum += ez;
-    dot += ez * (double)(z[j] - mx);
-  }
-  double l = log(sum);
-  *lse = mx + (float)l;
-  /* H = lse - sum_j p_j z_j, computed relative to the max for stability */
-  *entropy = (float)(l - dot / sum);
-}
-
-mrl_status mrl_model_score(mrl_model *m, const int32_t *targets, float *logprobs,
-                           float *entropy) {
-  const char *fn = "mrl_model_score";
-  if (!m) return MRL_ERR_NULL;
-  mrl_status st = mrl__model_check_head(m, fn, targets);
-  if (st) return st;
-  int64_t n = (int64_t)m->act->batch * m->act->steps, V = m->cfg.vocab;
-  float *block = mrl__model_scratch(m, SCRATCH_HEAD, MRL_HEAD_BLOCK * V);
-  if (!block) return mrl__fail(m->engine, MRL_ERR_NOMEM, fn, "cannot allocate logits");
-  for (int64_t r0 = 0; r0 < n; r0 += MRL_HEAD_BLOCK) {
-    int64_t rows = n - r0 < MRL_HEAD_BLOCK ? n - r0 : MRL_HEAD_BLOCK;
-    mrl__model_head_logits(m, block, r0, rows);
-    for (int64_t i = 0; i < rows; i++) {
-      int32_t tgt = targets[r0 + i];
-      float lse = 0.0f, h = 0.0f;
-      if (tgt >= 0) mrl__row_stats(block + i * V, V, &lse, &h);
-      if (logprobs) logprobs[r0 + i] = tgt >= 0 ? block[i * V + tgt] - lse : 0.0f;
-      if (entropy) entropy[r0 + i] = tgt >= 0 ? h : 0.0f;
-    }
-  }
-  return MRL_OK;
-}
-
-mrl_status mrl_model_logits(mrl_model *m, mrl_tensor **out) {
-  const char *fn = "mrl_model_logits";
-  if (!m) return MRL_ERR_NULL;
-  if (!out) return mrl__fail(m->engine, MRL_ERR_NULL, fn, "out is NULL");
-  if (!m->act || !m->act->valid)
-    return mrl__fail(m->engine, MRL_ERR_INVALID, fn, "no forward pass: call mrl_model_forward");
-  int64_t shape[3] = {m->act->batch, m->act->steps, m->cfg.vocab};
-  mrl_tensor *t;
-  mrl_status st = mrl__tensor_alloc(m->engine, fn, 3, shape, &t);
-  if (st) return st;
-  mrl__model_head_logits(m, t->data, 0, shape[0] * shape[1]);
-  *out = t;
   return MRL_OK;
 }
 
