@@ -323,7 +323,7 @@ mrl_status mrl_kv_cache_append(mrl_kv_cache *c, int n, const int *slots, const i
   int64_t sizes[2] = {(int64_t)n * V, threads * work};
   mrl_status st;
   float *rows[ROW_BUFFERS];
-  if (!m->reference_attention && (st = mrl__pool_start(e, fn))) return st;
+  if ((st = mrl__pool_start(e, fn))) return st;
   if (!alloc_rows(c, R, rows))
     return mrl__fail(e, MRL_ERR_NOMEM, fn, "cannot allocate %lld rows", (long long)R);
   if (!mrl__model_reserve(m, 2, scratch, sizes)) {
@@ -361,7 +361,7 @@ mrl_status mrl_kv_cache_append(mrl_kv_cache *c, int n, const int *slots, const i
                  D, cfg->norm_eps);
   }
   float *block = m->scratch[SCRATCH_HEAD].p;
-  mrl__gemm_rows(c->apart, true, n, V, D, 1.0f, c->xn, D, W + m->lm_head, D, 0.0f, block, V);
+  mrl__project(m, c->apart, block, V, c->xn, D, m->lm_head, n, V, D, 0.0f);
   for (int i = 0; i < n; i++) {
     memcpy(c->logits + (int64_t)slots[i] * V, block + (int64_t)i * V, sizeof(float) * (size_t)V);
     c->length[slots[i]] += counts[i];

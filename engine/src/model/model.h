@@ -78,6 +78,8 @@ struct mrl_model {
   bool reference_attention;
   /* the LM head over every row with libm's exp (head.c's reference) */
   bool reference_head;
+  /* projections of few rows through OpenBLAS instead of skinny.c's kernels */
+  bool reference_projections;
 };
 
 /* What a forward pass keeps for the backward pass, for a batch of `batch` x `steps` tokens
@@ -202,6 +204,18 @@ void mrl__gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, c
 void mrl__gemm_rows(bool apart, bool tb, int64_t m, int64_t n, int64_t k, float alpha,
                     const float *a, int64_t lda, const float *b, int64_t ldb, float beta, float *c,
                     int64_t ldc);
+
+/* skinny.c: y (n, out; ldy) = beta y + x (n, in; ldx) W^T for W (out, in; ldw) on the engine's
+ * threads (started), each row's result independent of the others and of the thread count.
+ * mrl__project: the same for the parameter at w_offset, through those kernels when n <=
+ * MRL_SKINNY_ROWS or apart (rows must not depend on each other), else through OpenBLAS
+ * (mrl__gemm_rows); with m->reference_projections always through OpenBLAS. */
+enum { MRL_SKINNY_ROWS = 16 };
+void mrl__skinny_gemm(mrl_engine *e, float *y, int64_t ldy, const float *x, int64_t ldx,
+                      const float *w, int64_t ldw, int64_t n, int64_t out, int64_t in,
+                      float beta);
+void mrl__project(mrl_model *m, bool apart, float *y, int64_t ldy, const float *x, int64_t ldx,
+                  int64_t w_offset, int64_t n, int64_t out, int64_t in, float beta);
 
 /* A view of one parameter's block of a flat buffer (weights_t, grads_t, ...), shaped as the
  * parameter. *out: caller owns. */
