@@ -363,6 +363,17 @@ MRL_API mrl_status mrl_model_clone(const mrl_model *m, mrl_model **out);
 /* Forgets the AdamW moments and step count (the next step starts a fresh optimizer, as a new
  * training stage should). */
 MRL_API mrl_status mrl_model_reset_optimizer(mrl_model *m);
+/* on != 0: decoding with the KV cache (sampling, rollouts, generation, serving, mrl_rollout_score)
+ * reads a bfloat16 copy of the weights, made now, instead of the float32 ones: half the bytes to
+ * stream per decoded token, at the cost of bfloat16 rounding of the projection and head matrices
+ * (norms, biases and the embedding lookup stay float32): the log-probabilities of sampled tokens
+ * then differ from float32 scoring (tests/c/test_decode_bf16.c, a small random model: mean
+ * 3.3e-3, max 1.1e-2), which rollout importance-sampling correction is there for. The float32 weights stay the master copy: training, mrl_model_score
+ * and mrl_model_logits use them. Each mrl_model_adamw_step rewrites the copy; after writing weights any
+ * other way (parameter views, loading into the buffer), call this again to refresh it. on = 0
+ * frees the copy. Off by default. mrl_model_decode_bf16: 1 when on (0 for NULL). */
+MRL_API mrl_status mrl_model_set_decode_bf16(mrl_model *m, int on);
+MRL_API int mrl_model_decode_bf16(const mrl_model *m);
 
 /* Named parameters: count, and for each its Hugging Face name (borrowed, lives with the model)
  * and new views of the weights and of their gradients (caller owns both, and they keep the

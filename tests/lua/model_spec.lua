@@ -142,6 +142,39 @@ describe("generation", function()
     end
   end)
 
+  it("decodes from a bfloat16 copy with m:decode_bf16, close to float32 scoring, refreshed by m:step", function()
+    local b = tiny { seed = 5 }
+    assert.is_false(b:decode_bf16())
+    local f32 = b:generate { prompts = prompts, max_new_tokens = 6, seed = 4, temperature = 1 }
+    assert.is_true(b:decode_bf16(true))
+    assert.is_true(b:decode_bf16())
+    local bf = b:generate { prompts = prompts, max_new_tokens = 6, seed = 4, temperature = 1 }
+    local worst, differs = 0, false
+    for i = 1, #prompts do
+      local seq = { table.unpack(prompts[i]) }
+      for _, t in ipairs(bf.tokens[i]) do seq[#seq + 1] = t end
+      local logp = b:logprobs { tokens = { seq } }[1] -- scoring stays float32
+      for k, lp in ipairs(bf.logprobs[i]) do
+        worst = math.max(worst, math.abs(lp - logp[#prompts[i] - 1 + k]))
+        differs = differs or lp ~= f32.logprobs[i][k]
+      end
+    end
+    assert.is_true(differs)      -- the copy is what decoding read
+    assert.is_true(worst < 0.1)  -- and it is the same model, rounded
+    -- a step moves the weights; the copy follows (decoding equals a fresh copy of the new weights)
+    b:accumulate { tokens = { prompts[1] } }
+    b:step { lr = 0.05 }
+    local after = b:generate { prompts = prompts, max_new_tokens = 6, seed = 4, temperature = 1 }
+    local fresh = b:clone()
+    fresh:decode_bf16(true)
+    assert.are.same(fresh:generate { prompts = prompts, max_new_tokens = 6, seed = 4, temperature = 1 }.logprobs,
+      after.logprobs)
+    assert.is_true(b:decode_bf16(false))
+    assert.has_error(function() b:decode_bf16("yes") end)
+    fresh:free()
+    b:free()
+  end)
+
   it("greedy decoding follows the argmax and stops on stop tokens", function()
     local g = m:generate { prompts = { prompts[1] }, max_new_tokens = 5, temperature = 0 }
     local first = g.tokens[1][1]

@@ -822,6 +822,22 @@ static int m_clone(lua_State *L) {
   return 1;
 }
 
+/* m:decode_bf16(on) -> true: decoding (sampling, rollouts, generation, serving) reads a bfloat16
+ * copy of the weights (mrl_model_set_decode_bf16; each m:step refreshes it; call again after
+ * writing weights through m:parameters()); m:decode_bf16(false) frees it. m:decode_bf16() -> on */
+static int m_decode_bf16(lua_State *L) {
+  mrl_model *m = check_model(L, 1);
+  if (lua_isnoneornil(L, 2)) {
+    lua_pushboolean(L, mrl_model_decode_bf16(m));
+    return 1;
+  }
+  luaL_checktype(L, 2, LUA_TBOOLEAN);
+  mrl_status st = mrl_model_set_decode_bf16(m, lua_toboolean(L, 2));
+  if (st) return raise_model(L, m, st, 0);
+  lua_pushboolean(L, 1);
+  return 1;
+}
+
 /* m:reset_optimizer(): the next m:step starts fresh AdamW moments. */
 static int m_reset_optimizer(lua_State *L) {
   mrl_model_reset_optimizer(check_model(L, 1));
@@ -882,7 +898,8 @@ static const luaL_Reg model_methods[] = {
     {"gradients", m_gradients}, {"save_checkpoint", m_save_checkpoint},
     {"load_checkpoint", m_load_checkpoint}, {"forward_batch", m_forward_batch},
     {"backward_batch", m_backward_batch}, {"clone", m_clone},
-    {"reset_optimizer", m_reset_optimizer}, {"free", m_free}, {NULL, NULL}};
+    {"reset_optimizer", m_reset_optimizer}, {"decode_bf16", m_decode_bf16},
+    {"free", m_free}, {NULL, NULL}};
 
 static const luaL_Reg model_meta[] = {
     {"__gc", m_free}, {"__close", m_free}, {"__tostring", m_tostring}, {NULL, NULL}};

@@ -168,7 +168,7 @@ void mrl__block_forward(mrl_model *m, int layer, const mrl_block_io *io) {
   mrl__rmsnorm(io->xn, io->rstd_attn, io->x, W + P->attn_norm, n, D, c->norm_eps);
   /* q | k | v side by side in each row of qkv, from the adjacent wq | wk | wv */
   bool apart = io->rows_apart;
-  mrl__project(m, apart, io->qkv, qkv_w, io->xn, D, P->wq, n, qkv_w, D, 0.0f);
+  mrl__project(m, apart, io->decode_bf16, io->qkv, qkv_w, io->xn, D, P->wq, n, qkv_w, D, 0.0f);
   double attention_flops = 0.0;
   for (int i = 0; i < io->nseq; i++) {
     const mrl_block_seq *sq = &io->seq[i];
@@ -211,11 +211,11 @@ void mrl__block_forward(mrl_model *m, int layer, const mrl_block_io *io) {
 
   /* x_mid = x + attn Wo^T */
   if (io->x_mid != io->x) memcpy(io->x_mid, io->x, sizeof(float) * (size_t)(n * D));
-  mrl__project(m, apart, io->x_mid, D, io->attn, m->q_dim, P->wo, n, D, m->q_dim, 1.0f);
+  mrl__project(m, apart, io->decode_bf16, io->x_mid, D, io->attn, m->q_dim, P->wo, n, D, m->q_dim, 1.0f);
   mrl__rmsnorm(io->xn, io->rstd_mlp, io->x_mid, W + P->mlp_norm, n, D, c->norm_eps);
-  mrl__project(m, apart, io->gate_up, 2 * F, io->xn, D, P->w_gate, n, 2 * F, D, 0.0f);
+  mrl__project(m, apart, io->decode_bf16, io->gate_up, 2 * F, io->xn, D, P->w_gate, n, 2 * F, D, 0.0f);
   mrl__swiglu_rows(m->engine, io->hidden, io->gate_up, n, F);
   /* x_out = x_mid + hidden Wd^T */
   if (io->x_out != io->x_mid) memcpy(io->x_out, io->x_mid, sizeof(float) * (size_t)(n * D));
-  mrl__project(m, apart, io->x_out, D, io->hidden, F, P->w_down, n, D, F, 1.0f);
+  mrl__project(m, apart, io->decode_bf16, io->x_out, D, io->hidden, F, P->w_down, n, D, F, 1.0f);
 }

@@ -345,7 +345,7 @@ mrl_status mrl_kv_cache_append(mrl_kv_cache *c, int n, const int *slots, const i
                      .x_out = c->x, .xn = c->xn, .qkv = c->qkv, .attn = c->attn,
                      .gate_up = c->gate_up, .hidden = c->hidden,
                      .work = m->scratch[SCRATCH_ATTN_WORK].p, .work_per_thread = work,
-                     .rows_apart = c->apart};
+                     .rows_apart = c->apart, .decode_bf16 = true};
   for (int l = 0; l < cfg->layers; l++) {
     for (int i = 0; i < n; i++) {
       c->seq[i].k = slot_keys(c, l, slots[i]);
@@ -361,7 +361,7 @@ mrl_status mrl_kv_cache_append(mrl_kv_cache *c, int n, const int *slots, const i
                  D, cfg->norm_eps);
   }
   float *block = m->scratch[SCRATCH_HEAD].p;
-  mrl__project(m, c->apart, block, V, c->xn, D, m->lm_head, n, V, D, 0.0f);
+  mrl__project(m, c->apart, true, block, V, c->xn, D, m->lm_head, n, V, D, 0.0f);
   for (int i = 0; i < n; i++) {
     memcpy(c->logits + (int64_t)slots[i] * V, block + (int64_t)i * V, sizeof(float) * (size_t)V);
     c->length[slots[i]] += counts[i];

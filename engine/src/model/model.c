@@ -232,6 +232,22 @@ mrl_status mrl_model_clone(const mrl_model *m, mrl_model **out) {
   return MRL_OK;
 }
 
+mrl_status mrl_model_set_decode_bf16(mrl_model *m, int on) {
+  if (!m) return MRL_ERR_NULL;
+  if (!on) {
+    mrl__free(m->engine, m->decode_bf16, sizeof(uint16_t) * (size_t)(m->decode_bf16 ? m->numel : 0));
+    m->decode_bf16 = NULL;
+    return MRL_OK;
+  }
+  if (!m->decode_bf16 && !(m->decode_bf16 = mrl__alloc(m->engine, sizeof(uint16_t) * (size_t)m->numel)))
+    return mrl__fail(m->engine, MRL_ERR_NOMEM, "mrl_model_set_decode_bf16",
+                     "cannot allocate a bfloat16 copy of %lld weights", (long long)m->numel);
+  mrl__model_refresh_bf16(m);
+  return MRL_OK;
+}
+
+int mrl_model_decode_bf16(const mrl_model *m) { return m && m->decode_bf16 ? 1 : 0; }
+
 mrl_status mrl_model_reset_optimizer(mrl_model *m) {
   if (!m) return MRL_ERR_NULL;
   mrl_tensor_free(m->adam_m_t);
@@ -305,6 +321,7 @@ void mrl_model_free(mrl_model *m) {
   mrl_tensor_free(m->grads_t);
   mrl_tensor_free(m->adam_m_t);
   mrl_tensor_free(m->adam_v_t);
+  mrl__free(e, m->decode_bf16, sizeof(uint16_t) * (size_t)(m->decode_bf16 ? m->numel : 0));
   int64_t rope = (int64_t)m->cfg.ctx * (m->head_dim / 2);
   mrl__free(e, m->rope_cos, sizeof(float) * (size_t)rope);
   mrl__free(e, m->rope_sin, sizeof(float) * (size_t)rope);

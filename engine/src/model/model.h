@@ -80,6 +80,9 @@ struct mrl_model {
   bool reference_head;
   /* projections of few rows through OpenBLAS instead of skinny.c's kernels */
   bool reference_projections;
+  /* a bfloat16 copy of the weights (numel) that KV-cache appends read instead of the float32
+   * ones, or NULL (mrl_model_set_decode_bf16); mrl__model_refresh_bf16 rewrites it */
+  uint16_t *decode_bf16;
 };
 
 /* What a forward pass keeps for the backward pass, for a batch of `batch` x `steps` tokens
@@ -150,6 +153,7 @@ typedef struct mrl_block_io {
   float *work;        /* mrl_engine_threads x work_per_thread floats */
   int64_t work_per_thread;
   bool rows_apart;    /* one matrix product per row (mrl__gemm_rows): batch-invariant floats */
+  bool decode_bf16;   /* the projections read the model's bfloat16 copy when it has one */
 } mrl_block_io;
 
 /* One decoder block, layer `layer`, over io's rows. Cannot fail: every buffer is the caller's and
@@ -214,8 +218,16 @@ enum { MRL_SKINNY_ROWS = 16 };
 void mrl__skinny_gemm(mrl_engine *e, float *y, int64_t ldy, const float *x, int64_t ldx,
                       const float *w, int64_t ldw, int64_t n, int64_t out, int64_t in,
                       float beta);
-void mrl__project(mrl_model *m, bool apart, float *y, int64_t ldy, const float *x, int64_t ldx,
-                  int64_t w_offset, int64_t n, int64_t out, int64_t in, float beta);
+void mrl__skinny_gemm_bf16(mrl_engine *e, float *y, int64_t ldy, const float *x, int64_t ldx,
+                           const uint16_t *w, int64_t ldw, int64_t n, int64_t out, int64_t in,
+                           float beta);
+/* With bf16 and a bfloat16 copy of the weights (m->decode_bf16), through that copy always. */
+void mrl__project(mrl_model *m, bool apart, bool bf16, float *y, int64_t ldy, const float *x,
+                  int64_t ldx, int64_t w_offset, int64_t n, int64_t out, int64_t in, float beta);
+/* f to bfloat16, rounded to nearest (ties to even); NaN stays NaN */
+uint16_t mrl__bf16_round(float f);
+/* m->decode_bf16 = the weights rounded to bfloat16 (nothing without a copy) */
+void mrl__model_refresh_bf16(mrl_model *m);
 
 /* A view of one parameter's block of a flat buffer (weights_t, grads_t, ...), shaped as the
  * parameter. *out: caller owns. */

@@ -247,6 +247,7 @@ mrl_status mrl_model_adamw_step(mrl_model *m, const mrl_adamw *opt) {
     }
   }
   if (m->act) m->act->valid = false; /* the kept activations belong to the old weights */
+  mrl__model_refresh_bf16(m);         /* decoding follows the new weights */
   return MRL_OK;
 }
 

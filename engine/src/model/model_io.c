@@ -835,6 +835,7 @@ mrl_status mrl_model_load_checkpoint(mrl_model *m, const char *path, int64_t *st
       free_moment(&m->adam_v_t, &m->adam_v);
     }
     m->adam_step = plan.adam_step;
+    mrl__model_refresh_bf16(m); /* decoding follows the restored weights */
     if (rng) {
       memcpy(rng->s, plan.rng.s, sizeof rng->s);
       rng->spare = plan.rng.spare;

@@ -38,7 +38,7 @@ typedef float v8u __attribute__((vector_size(32), aligned(4))); /* unaligned loa
  * the same bits in a tile of 3 rows as in a tile of one. SK_TILE(r) is the chain of row r;
  * KEEP(v) pins a loaded vector in a register (gcc would otherwise fold each use of it into the
  * multiply-add as a load of its own, which makes the loop load-bound). */
-#define SK_TILE_LOOP(ROWS, KEEP)                                                                   \
+#define SK_TILE_LOOP(ROWS, KEEP, LOADW, LOADW_PART)                                                                   \
   v8 acc[SK_OUT][ROWS];                                                                            \
   memset(acc, 0, sizeof acc);                                                                      \
   int64_t whole = in / SK_LANES * SK_LANES;                                                        \
@@ -49,7 +49,7 @@ typedef float v8u __attribute__((vector_size(32), aligned(4))); /* unaligned loa
       KEEP(xv[r]);                                                                                 \
     }                                                                                              \
     _Pragma("GCC unroll 4") for (int o = 0; o < SK_OUT; o++) {                                     \
-      v8 wv = LOAD8(w[o] + j);                                                                     \
+      v8 wv = LOADW(w[o], j);                                                                     \
       KEEP(wv);                                                                                    \
       _Pragma("GCC unroll 4") for (int r = 0; r < ROWS; r++) acc[o][r] += wv * xv[r];              \
     }                                                                                              \
@@ -58,7 +58,7 @@ typedef float v8u __attribute__((vector_size(32), aligned(4))); /* unaligned loa
     v8 xv[ROWS], wv;                                                                               \
     for (int r = 0; r < ROWS; r++) LOAD_PART(xv[r], x[r] + whole, in - whole);                     \
     _Pragma("GCC unroll 4") for (int o = 0; o < SK_OUT; o++) {                                     \
-      LOAD_PART(wv, w[o] + whole, in - whole);                                                     \
+      LOADW_PART(wv, w[o], whole, in - whole);                                                     \
       _Pragma("GCC unroll 4") for (int r = 0; r < ROWS; r++) acc[o][r] += wv * xv[r];              \
     }                                                                                              \
   }                                                                                                \
@@ -66,36 +66,51 @@ typedef float v8u __attribute__((vector_size(32), aligned(4))); /* unaligned loa
     for (int r = 0; r < ROWS; r++) out[o * SK_ROWS + r] = LANE_SUM(acc[o][r]);
 
 #define NO_KEEP(v) ((void)0)
-typedef void sk_tile_fn(float *out, const float *const *w, const float *const *x, int64_t in);
+typedef void sk_tile_fn(float *out, const void *const *w, const float *const *x, int64_t in);
+
+/* W's rows as float32, or as bfloat16 (the high half of a float32's bits): 8 of them widened
+ * to floats by a shift */
+typedef uint16_t h8 __attribute__((vector_size(16)));
+typedef uint16_t h8u __attribute__((vector_size(16), aligned(2)));
+typedef uint32_t u8 __attribute__((vector_size(32)));
+#define LOADW_F32(w, j) LOAD8((const float *)(w) + (j))
+#define LOADW_F32_PART(v, w, j, k) LOAD_PART(v, (const float *)(w) + (j), k)
+#define LOADW_BF16(w, j) ((v8)(__builtin_convertvector(*(const h8u *)((const uint16_t *)(w) + (j)), u8) << 16))
+#define LOADW_BF16_PART(v, w, j, k)                                                                \
+  do {                                                                                             \
+    h8 h_ = {0};                                                                                   \
+    memcpy(&h_, (const uint16_t *)(w) + (j), sizeof(uint16_t) * (size_t)(k));                      \
+    (v) = (v8)(__builtin_convertvector(h_, u8) << 16);                                             \
+  } while (0)
 
 /* portable: gcc lowers the vectors to what the target has */
-MRL_MATH static void tile3_plain(float *out, const float *const *w, const float *const *x,
-                                 int64_t in) {
-  SK_TILE_LOOP(3, NO_KEEP)
-}
-MRL_MATH static void tile1_plain(float *out, const float *const *w, const float *const *x,
-                                 int64_t in) {
-  SK_TILE_LOOP(1, NO_KEEP)
-}
+#define SK_TILE_FN(NAME, ATTR, ROWS, KEEP, LOADW, LOADW_PART)                                      \
+  ATTR MRL_MATH static void NAME(float *out, const void *const *w, const float *const *x,          \
+                                 int64_t in) {                                                     \
+    SK_TILE_LOOP(ROWS, KEEP, LOADW, LOADW_PART)                                                    \
+  }
+SK_TILE_FN(tile3_plain, , 3, NO_KEEP, LOADW_F32, LOADW_F32_PART)
+SK_TILE_FN(tile1_plain, , 1, NO_KEEP, LOADW_F32, LOADW_F32_PART)
+SK_TILE_FN(tile3_plain_bf16, , 3, NO_KEEP, LOADW_BF16, LOADW_BF16_PART)
+SK_TILE_FN(tile1_plain_bf16, , 1, NO_KEEP, LOADW_BF16, LOADW_BF16_PART)
 
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
 /* AVX2 + FMA (x86-64-v3, also what runs on v4: 12 accumulators and 4 operands fit its 16 ymm
  * registers) */
 #define SK_HAVE_V3 1
 #define KEEP_YMM(v) __asm__("" : "+x"(v))
-__attribute__((target("arch=x86-64-v3"))) MRL_MATH static void tile3_v3(
-    float *out, const float *const *w, const float *const *x, int64_t in) {
-  SK_TILE_LOOP(3, KEEP_YMM)
-}
-__attribute__((target("arch=x86-64-v3"))) MRL_MATH static void tile1_v3(
-    float *out, const float *const *w, const float *const *x, int64_t in) {
-  SK_TILE_LOOP(1, KEEP_YMM)
-}
+#define V3 __attribute__((target("arch=x86-64-v3")))
+SK_TILE_FN(tile3_v3, V3, 3, KEEP_YMM, LOADW_F32, LOADW_F32_PART)
+SK_TILE_FN(tile1_v3, V3, 1, KEEP_YMM, LOADW_F32, LOADW_F32_PART)
+SK_TILE_FN(tile3_v3_bf16, V3, 3, KEEP_YMM, LOADW_BF16, LOADW_BF16_PART)
+SK_TILE_FN(tile1_v3_bf16, V3, 1, KEEP_YMM, LOADW_BF16, LOADW_BF16_PART)
 #endif
 
 typedef struct {
   int64_t n, out, in, ldx, ldw, ldy;
-  const float *x, *w;
+  const float *x;
+  const void *w;    /* float or uint16_t (bf16) rows */
+  size_t w_size;    /* bytes per element of w */
   float *y;
   float beta;
   sk_tile_fn *tile3, *tile1;
@@ -107,13 +122,15 @@ static void skinny_unit(void *ctx, int64_t u, int worker) {
   const skinny_job *job = ctx;
   int64_t o_end = (u + 1) * SK_UNIT < job->out ? (u + 1) * SK_UNIT : job->out;
   for (int64_t o0 = u * SK_UNIT; o0 < o_end; o0 += SK_OUT) {
-    const float *w[SK_OUT];
+    const char *base = job->w;
+    const void *w[SK_OUT];
     for (int o = 0; o < SK_OUT; o++) /* short of rows: the last one again, its copy dropped */
-      w[o] = job->w + (o0 + o < o_end ? o0 + o : o_end - 1) * job->ldw;
+      w[o] = base + (size_t)((o0 + o < o_end ? o0 + o : o_end - 1) * job->ldw) * job->w_size;
     /* the next tile's rows of W on their way into the cache while this one computes: each new
      * row would otherwise start with a wait on memory before the prefetcher has caught on */
     for (int64_t o = o0 + 2 * SK_OUT; o < o0 + 3 * SK_OUT && o < job->out; o++)
-      for (int64_t j = 0; j < job->in; j += 16) __builtin_prefetch(job->w + o * job->ldw + j, 0, 2);
+      for (int64_t j = 0; j < job->in * (int64_t)job->w_size; j += 64)
+        __builtin_prefetch(base + (size_t)(o * job->ldw) * job->w_size + j, 0, 2);
     for (int64_t r0 = 0; r0 < job->n;) {
       int rows = job->n - r0 >= SK_ROWS ? SK_ROWS : 1;
       const float *x[SK_ROWS];
@@ -131,26 +148,56 @@ static void skinny_unit(void *ctx, int64_t u, int worker) {
   }
 }
 
-void mrl__skinny_gemm(mrl_engine *e, float *y, int64_t ldy, const float *x, int64_t ldx,
-                      const float *w, int64_t ldw, int64_t n, int64_t out, int64_t in,
-                      float beta) {
+static void skinny_run(mrl_engine *e, float *y, int64_t ldy, const float *x, int64_t ldx,
+                       const void *w, size_t w_size, int64_t ldw, int64_t n, int64_t out,
+                       int64_t in, float beta) {
   if (n <= 0 || out <= 0) return;
-  skinny_job job = {n, out, in, ldx, ldw, ldy, x, w, y, beta, tile3_plain, tile1_plain};
+  bool bf16 = w_size == sizeof(uint16_t);
+  skinny_job job = {n, out, in, ldx, ldw, ldy, x, w, w_size, y, beta,
+                    bf16 ? tile3_plain_bf16 : tile3_plain, bf16 ? tile1_plain_bf16 : tile1_plain};
 #ifdef SK_HAVE_V3
   if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) {
-    job.tile3 = tile3_v3;
-    job.tile1 = tile1_v3;
+    job.tile3 = bf16 ? tile3_v3_bf16 : tile3_v3;
+    job.tile1 = bf16 ? tile1_v3_bf16 : tile1_v3;
   }
 #endif
   mrl__pool_run(e, (out + SK_UNIT - 1) / SK_UNIT, 2.0 * (double)n * (double)out * (double)in,
                 skinny_unit, &job);
 }
 
-void mrl__project(mrl_model *m, bool apart, float *y, int64_t ldy, const float *x, int64_t ldx,
-                  int64_t w_offset, int64_t n, int64_t out, int64_t in, float beta) {
-  const float *w = m->weights + w_offset;
-  if (!m->reference_projections && (apart || n <= MRL_SKINNY_ROWS))
-    mrl__skinny_gemm(m->engine, y, ldy, x, ldx, w, in, n, out, in, beta);
+void mrl__skinny_gemm(mrl_engine *e, float *y, int64_t ldy, const float *x, int64_t ldx,
+                      const float *w, int64_t ldw, int64_t n, int64_t out, int64_t in,
+                      float beta) {
+  skinny_run(e, y, ldy, x, ldx, w, sizeof(float), ldw, n, out, in, beta);
+}
+
+void mrl__skinny_gemm_bf16(mrl_engine *e, float *y, int64_t ldy, const float *x, int64_t ldx,
+                           const uint16_t *w, int64_t ldw, int64_t n, int64_t out, int64_t in,
+                           float beta) {
+  skinny_run(e, y, ldy, x, ldx, w, sizeof(uint16_t), ldw, n, out, in, beta);
+}
+
+uint16_t mrl__bf16_round(float f) {
+  uint32_t u;
+  memcpy(&u, &f, sizeof u);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40u); /* NaN stays NaN */
+  u += 0x7fffu + ((u >> 16) & 1u); /* to nearest, ties to even */
+  return (uint16_t)(u >> 16);
+}
+
+void mrl__model_refresh_bf16(mrl_model *m) {
+  if (!m->decode_bf16) return;
+  for (int64_t i = 0; i < m->numel; i++) m->decode_bf16[i] = mrl__bf16_round(m->weights[i]);
+}
+
+void mrl__project(mrl_model *m, bool apart, bool bf16, float *y, int64_t ldy, const float *x,
+                  int64_t ldx, int64_t w_offset, int64_t n, int64_t out, int64_t in, float beta) {
+  if (bf16 && m->decode_bf16)
+    mrl__skinny_gemm_bf16(m->engine, y, ldy, x, ldx, m->decode_bf16 + w_offset, in, n, out, in,
+                          beta);
+  else if (!m->reference_projections && (apart || n <= MRL_SKINNY_ROWS))
+    mrl__skinny_gemm(m->engine, y, ldy, x, ldx, m->weights + w_offset, in, n, out, in, beta);
   else
-    mrl__gemm_rows(apart, true, n, out, in, 1.0f, x, ldx, w, in, beta, y, ldy);
+    mrl__gemm_rows(apart, true, n, out, in, 1.0f, x, ldx, m->weights + w_offset, in, beta, y,
+                   ldy);
 }
