@@ -124,6 +124,18 @@ describe("rl.train", function()
       loss_type = "reinforce" } }
     assert.is_true(h[2]["loss/rollout_is_mean"] > 0)
     assert.is_nil(h[2]["rollout/is_mean"]) -- nothing before the advantage in bypass mode
+    -- decoding from bfloat16 weights at temperature 1: the only mismatch left is the rounding,
+    -- which the rollout correction measures (a KL well under that of temperature 0.7) and weighs
+    local t07 = run { temperature = 0.7, rollout_correction = { rollout_is = "token", rollout_is_threshold = 2 } }
+    h = run { temperature = 1, decode_bf16 = true, rollout_correction = { rollout_is = "token",
+      rollout_is_threshold = 2 } }
+    local f32 = run { temperature = 1, rollout_correction = { rollout_is = "token", rollout_is_threshold = 2 } }
+    for s = 2, 4 do
+      assert.is_true(h[s]["rollout/kl"] ~= 0, "bf16 decoding is not the float32 policy")
+      assert.is_true(math.abs(h[s]["rollout/kl"]) < math.abs(t07[s]["rollout/kl"]))
+      assert.is_true(math.abs(h[s]["rollout/is_mean"] - 1) < 0.05)
+      assert.are.equal(0, f32[s]["rollout/kl"]) -- float32 plain sampling: the policy itself
+    end
     H.sh("rm -rf " .. H.shell_quote(dir))
   end)
 

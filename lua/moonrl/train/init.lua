@@ -78,6 +78,9 @@
 --                                             -- counts are batch.gate (moonrl.train.rollout)
 --     batch_invariant = false,                -- true: episodes decode to the same floats
 --                                             -- whatever runs beside them (~1.5x slower)
+--     decode_bf16 = false,                    -- true: rollouts decode from a bfloat16 copy of
+--                                             -- the weights (m:decode_bf16), refreshed by each
+--                                             -- update; training and scoring stay float32
 --     overlong = nil,                         -- {max_len =, buffer =, factor = 1}: DAPO shaping
 --     replay = nil,                           -- an rl.replay buffer, or {buffer =, ratio = 0.5,
 --                                             -- advantages = "recompute" | "stored",
@@ -166,6 +169,7 @@ local function needs_reference(c) return c.kl_coef ~= 0 or c.kl_reward_coef ~= 0
 --   ...)
 local function context(c)
   local m = c.model
+  if c.decode_bf16 then m:decode_bf16(true) end
   local ctx = { cfg = c, model = m, tokenizer = c.tokenizer, stages = stages(c) }
   if c.curriculum then c.env = c.curriculum:wrap_env(c.env) end -- backward starts
   ctx.dir = c.dir .. "/" .. c.name

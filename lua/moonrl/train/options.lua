@@ -361,6 +361,7 @@ opt("max_sampling_tries", 4, integer(1))
 opt("tree", nil, table_of("tree", "a table {turn =, k =}"))
 opt("rollout_hooks", nil, hooks_check)
 opt("batch_invariant", false, boolean)
+opt("decode_bf16", false, boolean)
 opt("remote", nil, table_of("remote", "a table {client = | clients =, push_weights =}"))
 -- rewards
 opt("reward", nil, reward_check)

@@ -23,10 +23,11 @@ function M.score(model, batch, chunk, want_entropy)
   return lp, ent
 end
 
--- Whether the run samples from the policy as it is (temperature 1, no top_k/top_p/min_p): then
--- the behaviour log-probs the rollout recorded are the policy's own.
+-- Whether the run samples from the policy as it is (temperature 1, no top_k/top_p/min_p, and
+-- decoding from the float32 weights, not decode_bf16's copy): then the behaviour log-probs the
+-- rollout recorded are the policy's own.
 function M.plain_sampling(c)
-  return not (c.temperature ~= 1 or c.top_k or c.top_p or c.min_p)
+  return not (c.temperature ~= 1 or c.top_k or c.top_p or c.min_p or c.decode_bf16)
 end
 
 -- The policy's log-probs of the batch's sampled tokens before this step's update: the rollout's
