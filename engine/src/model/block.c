@@ -2,6 +2,7 @@
  * RMSNorm, SwiGLU MLP, residual) over a set of rows: the one implementation that the training
  * forward pass (right-padded batches, keeping what the backward pass needs) and the KV cache
  * (ragged runs appended to slots) both run; and the row kernels it is made of. */
+#include "kernel_math.h"
 #include "model.h"
 
 #include <math.h>
@@ -40,11 +41,26 @@ void mrl__rope(float *v, int heads, int hd, const float *cos_t, const float *sin
   }
 }
 
-void mrl__swiglu(float *hidden, const float *gate_up, int64_t n, int64_t f) {
+/* (the exp of kernel_math.h, which vectorizes: within a few ulp of expf) */
+MRL_KERNEL void mrl__swiglu(float *restrict hidden, const float *restrict gate_up, int64_t n,
+                            int64_t f) {
   for (int64_t i = 0; i < n; i++) {
     const float *g = gate_up + i * 2 * f, *u = g + f;
     float *h = hidden + i * f;
-    for (int64_t j = 0; j < f; j++) h[j] = g[j] / (1.0f + expf(-g[j])) * u[j];
+    for (int64_t j = 0; j < f; j++) h[j] = g[j] / (1.0f + mrl__exp_kernel(-g[j])) * u[j];
+  }
+}
+
+MRL_KERNEL static void swiglu_backward(float *restrict dgate_up, const float *restrict dhidden,
+                                       const float *restrict gate_up, int64_t n, int64_t f) {
+  for (int64_t i = 0; i < n; i++) {
+    const float *g = gate_up + i * 2 * f, *up = g + f, *dh = dhidden + i * f;
+    float *dg = dgate_up + i * 2 * f, *du = dg + f;
+    for (int64_t j = 0; j < f; j++) {
+      float sg = 1.0f / (1.0f + mrl__exp_kernel(-g[j]));
+      du[j] = dh[j] * g[j] * sg;
+      dg[j] = dh[j] * up[j] * sg * (1.0f + g[j] * (1.0f - sg));
+    }
   }
 }
 
@@ -68,15 +84,8 @@ static void swiglu_unit(void *ctx, int64_t u, int worker) {
     mrl__swiglu(job->out + r0 * f, job->gate_up + r0 * 2 * f, rows, f);
     return;
   }
-  for (int64_t i = r0; i < r0 + rows; i++) {
-    const float *g = job->gate_up + i * 2 * f, *up = g + f, *dh = job->dhidden + i * f;
-    float *dg = job->dout + i * 2 * f, *du = dg + f;
-    for (int64_t j = 0; j < f; j++) {
-      float sg = 1.0f / (1.0f + expf(-g[j]));
-      du[j] = dh[j] * g[j] * sg;
-      dg[j] = dh[j] * up[j] * sg * (1.0f + g[j] * (1.0f - sg));
-    }
-  }
+  swiglu_backward(job->dout + r0 * 2 * f, job->dhidden + r0 * f, job->gate_up + r0 * 2 * f, rows,
+                  f);
 }
 
 void mrl__swiglu_rows(mrl_engine *e, float *hidden, const float *gate_up, int64_t n, int64_t f) {
