@@ -5,7 +5,6 @@
 #include "model.h"
 
 #include <math.h>
-#include <stdlib.h>
 #include <string.h>
 
 struct mrl_kv_cache {

@@ -278,12 +278,13 @@ typedef struct {
  * dropped.
  * mrl__sample_one_ref sorts the vocabulary and walks the kept set in that order. mrl__sample_one
  * finds the same cut by partial selection (sample.c) and walks the kept set in id order: the
- * same distribution, and the same draws as the reference for greedy, plain and min-p-only
- * sampling (which the reference walks in id order too), but under top-k or top-p a seed may
- * draw another token than the reference's. support (may be NULL) gets the number of leading cand
- * entries the draw walked (the reference: before min-p and allowed are applied; mrl__sample_one:
- * after, in id order), or -1 when it walked p in id order (mrl__sample_one, no top-k/top-p);
- * greedy leaves it unset. */
+ * same kept set with the same probabilities and log-probabilities, and the same draws as the
+ * reference for greedy, plain and min-p-only sampling (which the reference walks in id order
+ * too), but under top-k or top-p a seed may draw another token than the reference's (and than
+ * before this change). support (may be NULL; for the tests) gets the size of the kept set left at
+ * the head of cand (the reference: in its order, before min-p and allowed are applied;
+ * mrl__sample_one: after them, in id order), or -1 when mrl__sample_one kept every token (no
+ * top-k/top-p; min-p and allowed then apply); greedy leaves it unset. */
 int32_t mrl__sample_one(const float *z, int64_t V, const mrl_sampling *s, const uint8_t *allowed,
                         struct mrl_rng *rng, float *p, mrl_candidate *cand, float *logp,
                         int64_t *bad, int64_t *support);

@@ -84,7 +84,12 @@ int32_t mrl__sample_one_ref(const float *z, int64_t V, const mrl_sampling *s,
  * names the digit holding the cut, the tokens of higher digits are kept whole, and the tokens of
  * that digit are the group the next digit splits. Three digits (bits 31-20, 19-10, 9-0) leave a
  * group of equal probabilities, which stays in id order, the order the reference breaks ties in.
- * Every pass is linear, whatever the ties (an all-equal row is one group all the way down). */
+ * Every pass is linear, whatever the ties (an all-equal row is one group all the way down); the
+ * first histogram is built in the loop that computes p.
+ * The draw then walks the kept tokens in id order (any fixed order draws from the same
+ * distribution, and this one needs no sort): the tokens gathered with the first digit when they
+ * are few (top-k, peaked rows), otherwise blocks of WALK_BLOCK ids whose kept masses are known,
+ * skipped whole up to the one the draw falls in. */
 
 enum {
   DIGITS = 1024,     /* buckets of a refining digit (10 bits); the first digit (12 bits) fits too */
