@@ -154,25 +154,23 @@ static double kept_mass(const float *p, int64_t j0, int64_t j1, cut_point c, flo
  * the mass of those above digit d and over floor_p (four interleaved sums, no branches). */
 static double gather_digit(const float *p, int64_t j0, int64_t j1, uint32_t d, float floor_p,
                            mrl_candidate *g, int64_t *n) {
-  double m0 = 0.0, m1 = 0.0;
+  double m[4] = {0.0, 0.0, 0.0, 0.0};
   int64_t k = *n, j = j0;
-  for (; j + 2 <= j1; j += 2) {
-    uint32_t e0 = bits_of(p[j]) >> 20, e1 = bits_of(p[j + 1]) >> 20;
-    g[k] = (mrl_candidate){p[j], (int32_t)j};
-    k += e0 == d;
-    g[k] = (mrl_candidate){p[j + 1], (int32_t)(j + 1)};
-    k += e1 == d;
-    m0 += p[j] * (float)((e0 > d) & (p[j] >= floor_p));
-    m1 += p[j + 1] * (float)((e1 > d) & (p[j + 1] >= floor_p));
-  }
+  for (; j + 4 <= j1; j += 4)
+    for (int i = 0; i < 4; i++) {
+      uint32_t e = bits_of(p[j + i]) >> 20;
+      g[k] = (mrl_candidate){p[j + i], (int32_t)(j + i)};
+      k += e == d;
+      m[i] += p[j + i] * (float)((e > d) & (p[j + i] >= floor_p));
+    }
   for (; j < j1; j++) {
     uint32_t e = bits_of(p[j]) >> 20;
     g[k] = (mrl_candidate){p[j], (int32_t)j};
     k += e == d;
-    m0 += p[j] * (float)((e > d) & (p[j] >= floor_p));
+    m[0] += p[j] * (float)((e > d) & (p[j] >= floor_p));
   }
   *n = k;
-  return m0 + m1;
+  return (m[0] + m[1]) + (m[2] + m[3]);
 }
 
 /* Sorts a small group into the total order (insertion sort: linear on a sorted group). */
@@ -339,13 +337,22 @@ int32_t mrl__sample_one(const float *z, int64_t V, const mrl_sampling *s, const 
   if (cut) { /* with the histogram of the first digit of p for find_cut (the same p and sum) */
     memset(h, 0, sizeof h);
     if (s->top_p > 0.0f && s->top_p < 1.0f) {
+      /* a bucket's mass in units of its exponent's last bit: integer additions (a chain of
+       * floating-point ones through memory would slow the loop down), and exact */
+      int64_t units[DIGITS];
+      memset(units, 0, sizeof units);
       for (int64_t j = 0; j < V; j++) {
         float q = !allowed || allowed[j] ? expf((z[j] - mx) / temp) : 0.0f;
-        uint32_t d = bits_of(q) >> 20;
+        uint32_t b = bits_of(q), d = b >> 20;
         p[j] = q;
         sum += q;
         h[d].count++;
-        h[d].mass += q;
+        units[d] += (b & 0x7FFFFF) | (uint32_t)(b >= 0x800000) << 23;
+      }
+      double unit = 0x1p-149; /* exponent fields 0 (subnormal) and 1 */
+      for (int d = 0; d < DIGITS; d++) {
+        if (d >= 16 && d % 8 == 0) unit *= 2.0;
+        h[d].mass = (double)units[d] * unit;
       }
     } else { /* top-k alone needs no masses */
       for (int64_t j = 0; j < V; j++) {
