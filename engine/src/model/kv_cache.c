@@ -5,7 +5,6 @@
 #include "model.h"
 
 #include <math.h>
-#include <stdlib.h>
 #include <string.h>
 
 struct mrl_kv_cache {
@@ -30,16 +29,10 @@ struct mrl_kv_cache {
   struct mrl_rng *drawn_rng;
   int64_t *bad_logit;    /* index of a non-finite logit, or -1 */
   bool apart;            /* batch-invariant appends: one matrix product per row */
-  /* sampling scratch, vocab-sized per thread */
+  /* sampling scratch (mrl__sample_one's p and cand), vocab-sized per thread */
   int sample_threads;
   float *probs;
-  struct candidate *order;
-};
-
-/* A token and its (unnormalised) probability, for sorting candidates. */
-struct candidate {
-  float p;
-  int32_t id;
+  mrl_candidate *order;
 };
 
 static int64_t key_floats(const mrl_kv_cache *c) {
@@ -110,14 +103,14 @@ static bool grow_sampling(mrl_kv_cache *c, int threads) {
   mrl_engine *e = c->model->engine;
   size_t V = (size_t)c->model->cfg.vocab;
   float *probs = mrl__alloc(e, sizeof(float) * V * (size_t)threads);
-  struct candidate *order = probs ? mrl__alloc(e, sizeof(struct candidate) * V * (size_t)threads)
+  mrl_candidate *order = probs ? mrl__alloc(e, sizeof(mrl_candidate) * V * (size_t)threads)
                                   : NULL;
   if (!order) {
     mrl__free(e, probs, sizeof(float) * V * (size_t)threads);
     return false;
   }
   mrl__free(e, c->probs, sizeof(float) * V * (size_t)c->sample_threads);
-  mrl__free(e, c->order, sizeof(struct candidate) * V * (size_t)c->sample_threads);
+  mrl__free(e, c->order, sizeof(mrl_candidate) * V * (size_t)c->sample_threads);
   c->probs = probs;
   c->order = order;
   c->sample_threads = threads;
@@ -145,7 +138,7 @@ void mrl_kv_cache_free(mrl_kv_cache *c) {
   mrl__free(e, c->drawn_rng, sizeof(struct mrl_rng) * S);
   mrl__free(e, c->bad_logit, sizeof(int64_t) * S);
   mrl__free(e, c->probs, sizeof(float) * (size_t)V * (size_t)c->sample_threads);
-  mrl__free(e, c->order, sizeof(struct candidate) * (size_t)V * (size_t)c->sample_threads);
+  mrl__free(e, c->order, sizeof(mrl_candidate) * (size_t)V * (size_t)c->sample_threads);
   mrl__free(e, c, sizeof *c);
 }
 
@@ -372,75 +365,6 @@ mrl_status mrl_kv_cache_append(mrl_kv_cache *c, int n, const int *slots, const i
 
 /* ---- sampling ---- */
 
-static int by_prob_desc(const void *a, const void *b) {
-  const struct candidate *x = a, *y = b;
-  if (x->p != y->p) return x->p < y->p ? 1 : -1;
-  return x->id < y->id ? -1 : 1; /* ties: lower id first, as the greedy choice */
-}
-
-/* Draws one token from logits z (vocab V) with rng, using the scratch p and order (V each), and
- * returns it; *logp gets its log-probability under the temperature-scaled distribution
- * (temperature 1 when greedy). With allowed (vocab bytes, may be NULL) only the tokens it marks
- * non-zero can be drawn, and the distribution is renormalised over them. Returns -1 with *bad set
- * to the index of the first logit that is not finite (there is no distribution to draw from; the
- * comparisons below would not order it), -2 when allowed marks no token. */
-static int32_t sample_one(const float *z, int64_t V, const mrl_sampling *s, const uint8_t *allowed,
-                          struct mrl_rng *rng, float *p, struct candidate *order, float *logp,
-                          int64_t *bad) {
-  float temp = s->temperature > 0.0f ? s->temperature : 1.0f;
-  float mx = -INFINITY;
-  int32_t best = -1;
-  for (int64_t j = 0; j < V; j++) {
-    if (!isfinite(z[j])) {
-      *bad = j;
-      return -1;
-    }
-    if ((!allowed || allowed[j]) && (best < 0 || z[j] > mx)) {
-      mx = z[j];
-      best = (int32_t)j;
-    }
-  }
-  if (best < 0) return -2; /* nothing allowed */
-  double sum = 0.0;
-  for (int64_t j = 0; j < V; j++) {
-    p[j] = !allowed || allowed[j] ? expf((z[j] - mx) / temp) : 0.0f;
-    sum += p[j];
-  }
-  float log_sum = (float)log(sum);
-  if (s->temperature <= 0.0f) {
-    *logp = -log_sum; /* z[best] == mx */
-    return best;
-  }
-  /* candidates in descending probability, cut by top-k, top-p and min-p */
-  int64_t n = V;
-  for (int64_t j = 0; j < V; j++) order[j] = (struct candidate){p[j], (int32_t)j};
-  bool top_k = s->top_k > 0 && s->top_k < V, top_p = s->top_p > 0.0f && s->top_p < 1.0f;
-  if (top_k || top_p) {
-    qsort(order, (size_t)V, sizeof *order, by_prob_desc);
-    if (top_k) n = s->top_k;
-    if (top_p) {
-      double mass = 0.0, target = s->top_p * sum;
-      int64_t k = 0;
-      while (k < n && mass < target) mass += order[k++].p;
-      n = k > 0 ? k : 1;
-    }
-  }
-  float floor_p = s->min_p > 0.0f ? s->min_p * p[best] : 0.0f;
-  double kept = 0.0;
-  for (int64_t k = 0; k < n; k++)
-    if (order[k].p >= floor_p) kept += order[k].p;
-  double u = mrl__rng_uniform(rng) * kept, acc = 0.0;
-  int32_t pick = best;
-  for (int64_t k = 0; k < n; k++) {
-    if (order[k].p < floor_p || (allowed && !allowed[order[k].id])) continue;
-    pick = order[k].id;
-    acc += order[k].p;
-    if (u < acc) break;
-  }
-  *logp = (z[pick] - mx) / temp - log_sum;
-  return pick;
-}
-
 typedef struct {
   mrl_kv_cache *c;
   const int *slots;
@@ -455,9 +379,10 @@ static void sample_unit(void *ctx, int64_t u, int worker) {
   int slot = job->slots[u];
   c->drawn_rng[u] = c->rng[slot];
   c->bad_logit[u] = -1;
-  c->drawn[u] = sample_one(c->logits + (int64_t)slot * V, V, job->sampling, NULL, &c->drawn_rng[u],
-                           c->probs + (int64_t)worker * V, c->order + (int64_t)worker * V,
-                           &c->drawn_logp[u], &c->bad_logit[u]);
+  c->drawn[u] = mrl__sample_one(c->logits + (int64_t)slot * V, V, job->sampling, NULL,
+                                &c->drawn_rng[u], c->probs + (int64_t)worker * V,
+                                c->order + (int64_t)worker * V, &c->drawn_logp[u],
+                                &c->bad_logit[u], NULL);
 }
 
 mrl_status mrl_kv_cache_sample(mrl_kv_cache *c, int n, const int *slots,
@@ -532,8 +457,8 @@ mrl_status mrl_kv_cache_sample_masked(mrl_kv_cache *c, int slot, const mrl_sampl
   int64_t V = c->model->cfg.vocab, bad = -1;
   struct mrl_rng rng = c->rng[slot];
   float lp = 0.0f;
-  int32_t pick = sample_one(c->logits + (int64_t)slot * V, V, sampling, allowed, &rng, c->probs,
-                            c->order, &lp, &bad);
+  int32_t pick = mrl__sample_one(c->logits + (int64_t)slot * V, V, sampling, allowed, &rng,
+                                 c->probs, c->order, &lp, &bad, NULL);
   if (pick == -2) return mrl__fail(e, MRL_ERR_INVALID, fn, "slot %d: no token is allowed", slot);
   if (pick < 0) {
     float z = c->logits[(int64_t)slot * V + bad];

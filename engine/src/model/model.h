@@ -1,6 +1,6 @@
 /* model.h - the policy model's internals shared by its source files (model.c: layout and
  * lifetime; block.c: the decoder block; attention.c: its attention kernels; model_forward.c /
- * model_backward.c: the passes over a batch; kv_cache.c: incremental decoding; model_io.c:
+ * model_backward.c: the passes over a batch; kv_cache.c: incremental decoding; sample.c: drawing a token; model_io.c:
  * Hugging Face files). Not installed. */
 #ifndef MRL_MODEL_H
 #define MRL_MODEL_H
@@ -296,5 +296,36 @@ void mrl__model_head_logits(mrl_model *m, float *out, int64_t r0, int64_t rows);
 mrl_status mrl__model_head_reserve(mrl_model *m, const char *fn);
 void mrl__model_head_backward(mrl_model *m, float *dxf, const int32_t *targets,
                               const float *dlogprobs, const float *dentropy);
+
+/* A token and its unnormalised probability: sampling's candidates. */
+typedef struct {
+  float p;
+  int32_t id;
+} mrl_candidate;
+
+/* Draws one token from logits z (vocab V) with rng, using the scratch p and cand (V each), and
+ * returns it; *logp gets its log-probability under the temperature-scaled distribution
+ * (temperature 1 when greedy). With allowed (vocab bytes, may be NULL) only the tokens it marks
+ * non-zero can be drawn, and the distribution is renormalised over them. Returns -1 with *bad set
+ * to the index of the first logit that is not finite (there is no distribution to draw from), -2
+ * when allowed marks no token. The kept set is the first tokens of the order (probability
+ * descending, id ascending) cut by top-k, then the shortest prefix of those whose mass reaches
+ * top_p times the total (at least one), then the tokens under min_p times the top probability
+ * dropped.
+ * mrl__sample_one_ref sorts the vocabulary and walks the kept set in that order. mrl__sample_one
+ * finds the same cut by partial selection (sample.c) and walks the kept set in id order: the
+ * same kept set with the same probabilities and log-probabilities, and the same draws as the
+ * reference for greedy, plain and min-p-only sampling (which the reference walks in id order
+ * too), but under top-k or top-p a seed may draw another token than the reference's (and than
+ * before this change). support (may be NULL; for the tests) gets the size of the kept set left at
+ * the head of cand (the reference: in its order, before min-p and allowed are applied;
+ * mrl__sample_one: after them, in id order), or -1 when mrl__sample_one kept every token (no
+ * top-k/top-p; min-p and allowed then apply); greedy leaves it unset. */
+int32_t mrl__sample_one(const float *z, int64_t V, const mrl_sampling *s, const uint8_t *allowed,
+                        struct mrl_rng *rng, float *p, mrl_candidate *cand, float *logp,
+                        int64_t *bad, int64_t *support);
+int32_t mrl__sample_one_ref(const float *z, int64_t V, const mrl_sampling *s,
+                            const uint8_t *allowed, struct mrl_rng *rng, float *p,
+                            mrl_candidate *order, float *logp, int64_t *bad, int64_t *support);
 
 #endif /* MRL_MODEL_H */
