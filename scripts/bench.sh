@@ -318,10 +318,10 @@ awk -F'\t' '$1 == "rl" { v[$2] = $3 } END {
 if [ -n "$BASE" ]; then
   echo "  before = $BASE/moonrl, after = this build, same script:"
   awk -F'\t' '{ v[$1, $2] = $3 } END {
-    printf "  %-26s %10s %10s %8s %8s\n", "", "before", "after", "ratio", "target"
+    printf "  %-28s %10s %10s %8s %8s\n", "", "before", "after", "ratio", "target"
     split("rollout_turns_per_s rollout_tokens_per_s rollout_sampled_tokens_per_s update_tokens_per_s", k, " ")
     for (i = 1; i <= 4; i++)
-      printf "  %-26s %10.0f %10.0f %7.2fx %8s\n", k[i], v["before", k[i]], v["rl", k[i]],
+      printf "  %-28s %10.0f %10.0f %7.2fx %8s\n", k[i], v["before", k[i]], v["rl", k[i]],
              v["rl", k[i]] / v["before", k[i]], k[i] == "rollout_tokens_per_s" || k[i] == "update_tokens_per_s" ? ">=1.5x" : ""
   }' "$tmp/rlm"
 fi
