@@ -5,8 +5,11 @@
 #   make test       build, then run every test; the last line reads "N passed, N failed"
 #   make demo       build, then run recipes/quickstart.lua
 #   make asan       the whole test suite under AddressSanitizer + UBSan (build in build-asan/)
-#   make bench      benchmarks (matmul GFLOPS, elementwise GB/s, model training and sampling, RL,
-#                   the sandbox, serving and the HTTP client; BENCH_ONLY=serve for the last alone)
+#   make bench      benchmarks (matmul GFLOPS, elementwise GB/s, model training, scoring, sampling
+#                   and decode beside PyTorch, RL, the sandbox, serving and the HTTP client);
+#                   BENCH_ONLY="blas model rl reward sandbox serve" picks parts, BENCH_CONFIGS the
+#                   model configs, BENCH_BASELINE=other/build adds before/after columns
+#                   (scripts/bench.sh says more)
 #   make fuzz       the safetensors reader under libFuzzer for FUZZ_SECONDS (default 600)
 #   make fuzz-sse   the SSE parser under libFuzzer for FUZZ_SECONDS
 #   make fuzz-request  moonrl serve's request-body parser under libFuzzer for FUZZ_SECONDS

@@ -1,11 +1,15 @@
 /* bench_tensor.c - times sgemm through the engine's C API beside a direct cblas_sgemm call on the
  * same OpenBLAS (same core type, same process, alternating runs), and elementwise throughput.
  * Prints tab-separated lines: "blas core source threads", "matmul n direct_gflops engine_gflops"
- * and "elementwise name GB/s" (medians). With the argument "matmul" it skips the elementwise part. */
+ * and "elementwise name GB/s" (medians). With the argument "matmul" it skips the elementwise part.
+ * With "membw" it only measures memory bandwidth: "membw threads GB/s", a read-streaming sum over a
+ * 1 GiB buffer (far larger than any cache) by 1 and by 2 threads, each thread its own half. */
 #define _POSIX_C_SOURCE 200809L
 #include "bench_common.h"
 #include "tensor_internal.h"
 
+#include <pthread.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -128,7 +132,70 @@ static void bench_elementwise(mrl_engine *e) {
   for (size_t i = 0; i < sizeof all / sizeof *all; i++) mrl_tensor_free(all[i]);
 }
 
+/* ---- memory bandwidth: the rate at which a core streams a buffer that no cache holds ---- */
+
+typedef struct {
+  const uint64_t *p;
+  size_t n;
+  uint64_t sum;
+} stream_job;
+
+/* Four independent sums so that the loads, not the adds, set the pace. */
+static void *stream_read(void *arg) {
+  stream_job *j = arg;
+  uint64_t s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+  size_t i = 0;
+  for (; i + 4 <= j->n; i += 4) {
+    s0 += j->p[i];
+    s1 += j->p[i + 1];
+    s2 += j->p[i + 2];
+    s3 += j->p[i + 3];
+  }
+  for (; i < j->n; i++) s0 += j->p[i];
+  j->sum = s0 + s1 + s2 + s3;
+  return NULL;
+}
+
+static void bench_membw(void) {
+  const size_t bytes = (size_t)1 << 30, n = bytes / sizeof(uint64_t);
+  uint64_t *buf = malloc(bytes);
+  if (!buf) {
+    fprintf(stderr, "bench: cannot allocate 1 GiB for the bandwidth test\n");
+    exit(1);
+  }
+  for (size_t i = 0; i < n; i++) buf[i] = i; /* touches every page */
+  volatile uint64_t sink = 0;
+  for (int threads = 1; threads <= 2; threads++) {
+    double rates[SAMPLES];
+    for (int s = 0; s < SAMPLES; s++) {
+      stream_job jobs[2];
+      pthread_t tid[2];
+      size_t per = n / (size_t)threads;
+      double t0 = bench_now();
+      for (int t = 0; t < threads; t++) {
+        jobs[t] = (stream_job){buf + (size_t)t * per, t == threads - 1 ? n - (size_t)t * per : per, 0};
+        if (t > 0 && pthread_create(&tid[t], NULL, stream_read, &jobs[t])) {
+          fprintf(stderr, "bench: pthread_create failed\n");
+          exit(1);
+        }
+      }
+      stream_read(&jobs[0]);
+      for (int t = 1; t < threads; t++) pthread_join(tid[t], NULL);
+      double dt = bench_now() - t0;
+      for (int t = 0; t < threads; t++) sink += jobs[t].sum;
+      rates[s] = (double)bytes / dt / 1e9;
+    }
+    printf("membw\t%d\t%.2f\n", threads, bench_median(rates, SAMPLES));
+  }
+  (void)sink;
+  free(buf);
+}
+
 int main(int argc, char **argv) {
+  if (argc > 1 && strcmp(argv[1], "membw") == 0) {
+    bench_membw();
+    return 0;
+  }
   mrl_engine *e;
   if (mrl_engine_new(&e)) return 1;
   const char *core, *source;
