@@ -17,23 +17,32 @@ static int by_prob_desc(const void *a, const void *b) {
   return x->id < y->id ? -1 : 1; /* ties: lower id first, as the greedy choice */
 }
 
-int32_t mrl__sample_one_ref(const float *z, int64_t V, const mrl_sampling *s,
-                            const uint8_t *allowed, struct mrl_rng *rng, float *p,
-                            mrl_candidate *order, float *logp, int64_t *bad, int64_t *support) {
-  float temp = s->temperature > 0.0f ? s->temperature : 1.0f;
-  float mx = -INFINITY;
+/* The largest allowed logit's index (the lowest on ties) with *mx its value; -1 with *bad at the
+ * first logit that is not finite; -2 when allowed marks no token. Both draws start here. */
+static int32_t allowed_argmax(const float *z, int64_t V, const uint8_t *allowed, float *mx,
+                              int64_t *bad) {
   int32_t best = -1;
+  *mx = -INFINITY;
   for (int64_t j = 0; j < V; j++) {
     if (!isfinite(z[j])) {
       *bad = j;
       return -1;
     }
-    if ((!allowed || allowed[j]) && (best < 0 || z[j] > mx)) {
-      mx = z[j];
+    if ((!allowed || allowed[j]) && (best < 0 || z[j] > *mx)) {
+      *mx = z[j];
       best = (int32_t)j;
     }
   }
-  if (best < 0) return -2; /* nothing allowed */
+  return best < 0 ? -2 : best;
+}
+
+int32_t mrl__sample_one_ref(const float *z, int64_t V, const mrl_sampling *s,
+                            const uint8_t *allowed, struct mrl_rng *rng, float *p,
+                            mrl_candidate *order, float *logp, int64_t *bad, int64_t *support) {
+  float temp = s->temperature > 0.0f ? s->temperature : 1.0f;
+  float mx;
+  int32_t best = allowed_argmax(z, V, allowed, &mx, bad);
+  if (best < 0) return best;
   double sum = 0.0;
   for (int64_t j = 0; j < V; j++) {
     p[j] = !allowed || allowed[j] ? expf((z[j] - mx) / temp) : 0.0f;
@@ -317,19 +326,9 @@ int32_t mrl__sample_one(const float *z, int64_t V, const mrl_sampling *s, const 
                         struct mrl_rng *rng, float *p, mrl_candidate *cand, float *logp,
                         int64_t *bad, int64_t *support) {
   float temp = s->temperature > 0.0f ? s->temperature : 1.0f;
-  float mx = -INFINITY;
-  int32_t best = -1;
-  for (int64_t j = 0; j < V; j++) {
-    if (!isfinite(z[j])) {
-      *bad = j;
-      return -1;
-    }
-    if ((!allowed || allowed[j]) && (best < 0 || z[j] > mx)) {
-      mx = z[j];
-      best = (int32_t)j;
-    }
-  }
-  if (best < 0) return -2; /* nothing allowed */
+  float mx;
+  int32_t best = allowed_argmax(z, V, allowed, &mx, bad);
+  if (best < 0) return best;
   bool cut = s->temperature > 0.0f && ((s->top_k > 0 && s->top_k < V) ||
                                         (s->top_p > 0.0f && s->top_p < 1.0f));
   double sum = 0.0, over = 0.0;
