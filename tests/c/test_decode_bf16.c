@@ -46,18 +46,18 @@ static void test_rounding(void) {
   CHECK(isnan(bf16_value(mrl__bf16_round(NAN))));
 }
 
-/* The bf16 kernel equals the float32 kernel on the rounded weights, bit for bit. */
-static void test_kernel_equals_rounded(void) {
+static void kernel_equals_rounded(int level) {
+  const char *name = mrl__skinny_use(level);
   mrl_engine *e = new_engine();
   MUST(mrl_engine_set_threads(e, 3));
   e->pool_min_work = 0;
   MUST(mrl__pool_start(e, "test"));
   struct mrl_rng r;
   mrl__rng_seed(&r, 2);
-  const int64_t ns[] = {1, 2, 4, 16}, outs[] = {3, 17, 64}, ins[] = {5, 8, 61};
-  for (size_t a = 0; a < 4; a++)
+  const int64_t ns[] = {1, 2, 4, 7, 16}, outs[] = {3, 17, 64}, ins[] = {5, 8, 17, 61};
+  for (size_t a = 0; a < 5; a++)
     for (size_t b = 0; b < 3; b++)
-      for (size_t c = 0; c < 3; c++) {
+      for (size_t c = 0; c < 4; c++) {
         int64_t n = ns[a], out = outs[b], in = ins[c];
         float *x = malloc(sizeof(float) * (size_t)(n * in)), *wf = malloc(sizeof(float) * (size_t)(out * in));
         uint16_t *wh = malloc(sizeof(uint16_t) * (size_t)(out * in));
@@ -71,8 +71,8 @@ static void test_kernel_equals_rounded(void) {
         mrl__skinny_gemm_bf16(e, y1, out, x, in, wh, in, n, out, in, (float)(b % 2));
         mrl__skinny_gemm(e, y2, out, x, in, wf, in, n, out, in, (float)(b % 2));
         CHECKF(memcmp(y1, y2, sizeof(float) * (size_t)(n * out)) == 0,
-               "n %lld out %lld in %lld: bf16 kernel differs", (long long)n, (long long)out,
-               (long long)in);
+               "%s: n %lld out %lld in %lld: bf16 kernel differs", name, (long long)n,
+               (long long)out, (long long)in);
         free(x);
         free(wf);
         free(wh);
@@ -80,6 +80,13 @@ static void test_kernel_equals_rounded(void) {
         free(y2);
       }
   mrl_engine_free(e);
+}
+
+/* The bf16 kernel equals the float32 kernel on the rounded weights, bit for bit, at every kernel
+ * level this CPU runs (AVX-512, AVX2, portable). */
+static void test_kernel_equals_rounded(void) {
+  for (int level = 0; mrl__skinny_use(level); level++) kernel_equals_rounded(level);
+  mrl__skinny_use(-1);
 }
 
 enum { VOCAB = 97, CTX = 40 };

@@ -1,6 +1,6 @@
 /* test_skinny.c - the few-row projections of skinny.c against mrl__gemm (OpenBLAS): odd sizes of
  * every dimension, padded strides, beta 0 and 1; a row's result the same bits alone as among
- * others (batch invariance) and on 1 and 3 threads. */
+ * others (batch invariance) and on 1 and 3 threads; each at every kernel level the CPU runs. */
 #include "model.h"
 #include "support.h"
 
@@ -46,12 +46,14 @@ static double one_case(mrl_engine *e, struct mrl_rng *r, int64_t n, int64_t out,
   return worst;
 }
 
-static void test_matches_gemm(void) {
+static void matches_gemm(int level) {
+  const char *name = mrl__skinny_use(level);
   mrl_engine *e = engine_with(3);
   struct mrl_rng r;
   mrl__rng_seed(&r, 3);
-  const int64_t ns[] = {1, 2, 3, 5, 16, 17}, outs[] = {1, 3, 4, 5, 17, 64, 130},
-                ins[] = {1, 7, 8, 9, 100, 257};
+  /* up to 40 rows (past 16, where decode switches to OpenBLAS), columns past the 8-lane tail */
+  const int64_t ns[] = {1, 2, 3, 5, 16, 17, 19, 40}, outs[] = {1, 3, 4, 5, 17, 64, 130},
+                ins[] = {1, 7, 8, 9, 100, 257, 520, 601};
   double worst = 0.0;
   int cases = 0;
   for (size_t a = 0; a < sizeof ns / sizeof *ns; a++)
@@ -61,14 +63,24 @@ static void test_matches_gemm(void) {
           worst = fmax(worst, one_case(e, &r, ns[a], outs[b], ins[c], (float)beta));
           cases++;
         }
-  check_note("%d cases: max |kernel - OpenBLAS| / sqrt(in + 1) = %.2e", cases, worst);
-  CHECK(worst < 1e-5); /* float rounding of sums of `in` products of N(0, 1) */
+  check_note("%s: %d cases: max |kernel - OpenBLAS| / sqrt(in + 1) = %.2e", name, cases, worst);
+  CHECKF(worst < 1e-5, "%s", name); /* float rounding of sums of `in` products of N(0, 1) */
   mrl_engine_free(e);
 }
 
-/* Each row of a 13-row product equals that row alone, and 1 thread gives what 3 give. */
-static void test_rows_independent_and_threads(void) {
-  enum { N = 13, OUT = 75, IN = 61 };
+/* every kernel level this CPU runs (AVX-512, AVX2, portable), then the best again */
+static void test_matches_gemm(void) {
+  int levels = 0;
+  for (; mrl__skinny_use(levels); levels++) matches_gemm(levels);
+  mrl__skinny_use(-1);
+  check_note("%d kernel levels on this CPU, best: %s", levels, mrl__skinny_use(-1));
+  CHECK(levels >= 1);
+}
+
+/* Each row of a 41-row product equals that row alone, and 1 thread gives what 3 give. */
+static void rows_independent_and_threads(int level) {
+  enum { N = 41, OUT = 75, IN = 601 };
+  const char *name = mrl__skinny_use(level);
   struct mrl_rng r;
   mrl__rng_seed(&r, 5);
   float *x = random_floats(&r, N * IN), *w = random_floats(&r, OUT * IN);
@@ -76,15 +88,21 @@ static void test_rows_independent_and_threads(void) {
   mrl_engine *e3 = engine_with(3), *e1 = engine_with(1);
   mrl__skinny_gemm(e3, together, OUT, x, IN, w, IN, N, OUT, IN, 0.0f);
   mrl__skinny_gemm(e1, single, OUT, x, IN, w, IN, N, OUT, IN, 0.0f);
-  CHECK(memcmp(together, single, sizeof together) == 0);
+  CHECKF(memcmp(together, single, sizeof together) == 0, "%s: 1 thread differs from 3", name);
   for (int i = 0; i < N; i++) {
     mrl__skinny_gemm(e3, alone, OUT, x + i * IN, IN, w, IN, 1, OUT, IN, 0.0f);
-    CHECKF(memcmp(alone, together + i * OUT, sizeof alone) == 0, "row %d alone differs", i);
+    CHECKF(memcmp(alone, together + i * OUT, sizeof alone) == 0, "%s: row %d alone differs", name,
+           i);
   }
   free(x);
   free(w);
   mrl_engine_free(e3);
   mrl_engine_free(e1);
+}
+
+static void test_rows_independent_and_threads(void) {
+  for (int level = 0; mrl__skinny_use(level); level++) rows_independent_and_threads(level);
+  mrl__skinny_use(-1);
 }
 
 static const test_case tests[] = {{"matches_gemm", test_matches_gemm},

@@ -221,6 +221,12 @@ void mrl__skinny_gemm(mrl_engine *e, float *y, int64_t ldy, const float *x, int6
 void mrl__skinny_gemm_bf16(mrl_engine *e, float *y, int64_t ldy, const float *x, int64_t ldx,
                            const uint16_t *w, int64_t ldw, int64_t n, int64_t out, int64_t in,
                            float beta);
+/* Test hook: run the skinny kernels of level `which` (0 = the best this CPU runs, then the next
+ * best; the portable one last) from now on, or the best again for which < 0; returns the kernel's
+ * name ("avx512", "avx2", "portable"), NULL when this CPU has no such level. Every level gives a
+ * row the same bits whatever the other rows and threads; levels differ from each other in the
+ * order of the additions. */
+const char *mrl__skinny_use(int which);
 /* With bf16 and a bfloat16 copy of the weights (m->decode_bf16), through that copy always. */
 void mrl__project(mrl_model *m, bool apart, bool bf16, float *y, int64_t ldy, const float *x,
                   int64_t ldx, int64_t w_offset, int64_t n, int64_t out, int64_t in, float beta);

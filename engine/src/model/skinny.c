@@ -4,8 +4,9 @@
  * the parameter buffer, each of its rows once per call (from memory, at the bandwidth the cores
  * get), its blocks of output rows shared out over the engine's threads.
  *
- * A tile is SK_OUT rows of W by SK_ROWS rows of x, SK_OUT x SK_ROWS vector accumulators of 8
- * lanes held in registers through the whole reduction; a block of W rows (a unit of work) stays
+ * A tile is SK_OUT rows of W by up to 3 rows of x (AVX2 and portable kernels: vectors of 8 lanes)
+ * or 6 (AVX-512: 16 lanes), one vector accumulator per pair held in registers through the whole
+ * reduction; a block of W rows (a unit of work) stays
  * in L1 while every pair of x rows goes past it. Each output element is computed by that same
  * code whatever n is and wherever it falls in a tile (a tile short of rows repeats its last row
  * and drops the copy), so a row's result does not depend on the other rows of the call: the
@@ -16,15 +17,20 @@
 
 #include <string.h>
 
-enum { SK_OUT = 4, SK_ROWS = 3, SK_LANES = 8, SK_UNIT = 16 /* W rows per unit of work */ };
+/* SK_MAX_ROWS: the most rows of x a tile takes (the AVX-512 kernel's; 8-lane kernels take 3) */
+enum { SK_OUT = 4, SK_MAX_ROWS = 6, SK_UNIT = 16 /* W rows per unit of work */ };
 
 typedef float v8 __attribute__((vector_size(32)));
 typedef float v8u __attribute__((vector_size(32), aligned(4))); /* unaligned loads */
+typedef float v16 __attribute__((vector_size(64)));
+typedef float v16u __attribute__((vector_size(64), aligned(4)));
 
 /* (macros rather than functions: a vector return value would change the ABI of the baseline
- * build, which gcc warns about) an unaligned load of 8 floats; the first k < 8 floats, zeros
- * after; the sum of a vector's lanes in one fixed order */
+ * build, which gcc warns about) an unaligned load of a vector; the first k floats of one, zeros
+ * after; the sum of a vector's lanes in one fixed order (16 lanes: lane i + lane i + 8 first,
+ * then the 8-lane order) */
 #define LOAD8(p) (*(const v8u *)(p))
+#define LOAD16(p) (*(const v16u *)(p))
 #define LOAD_PART(v, p, k)                                                                         \
   do {                                                                                             \
     memset(&(v), 0, sizeof(v));                                                                    \
@@ -32,79 +38,175 @@ typedef float v8u __attribute__((vector_size(32), aligned(4))); /* unaligned loa
   } while (0)
 #define LANE_SUM(v)                                                                                \
   ((((v)[0] + (v)[1]) + ((v)[2] + (v)[3])) + (((v)[4] + (v)[5]) + ((v)[6] + (v)[7])))
+#define LANE_SUM16(v)                                                                              \
+  __extension__({                                                                                  \
+    v8 h_ = __builtin_shufflevector(v, v, 0, 1, 2, 3, 4, 5, 6, 7) +                                \
+            __builtin_shufflevector(v, v, 8, 9, 10, 11, 12, 13, 14, 15);                           \
+    LANE_SUM(h_);                                                                                  \
+  })
 
-/* The tiles: out[o][r] = sum_j w[o][j] x[r][j] over j < in, each element an 8-lane chain of
- * multiply-adds over j ascending, then LANE_SUM: the same for every tile shape, so a row gives
- * the same bits in a tile of 3 rows as in a tile of one. SK_TILE(r) is the chain of row r;
- * KEEP(v) pins a loaded vector in a register (gcc would otherwise fold each use of it into the
- * multiply-add as a load of its own, which makes the loop load-bound). */
-#define SK_TILE_LOOP(ROWS, KEEP, LOADW, LOADW_PART)                                                                   \
-  v8 acc[SK_OUT][ROWS];                                                                            \
+/* The tiles: out[o][r] = sum_j w[o][j] x[r][j] over j < in, each element a LANES-lane chain of
+ * multiply-adds over j ascending, then SUM: the same for every tile shape of one kernel, so a row
+ * gives the same bits in a tile of 6 rows as in a tile of one. KEEP(v) pins a loaded vector in a
+ * register (gcc would otherwise fold each use of it into the multiply-add as a load of its own,
+ * which makes the loop load-bound). */
+#define SK_TILE_LOOP(VT, LANES, LOADX, SUM, ROWS, KEEP, LOADW, LOADW_PART)                         \
+  VT acc[SK_OUT][ROWS];                                                                            \
   memset(acc, 0, sizeof acc);                                                                      \
-  int64_t whole = in / SK_LANES * SK_LANES;                                                        \
-  for (int64_t j = 0; j < whole; j += SK_LANES) {                                                  \
-    v8 xv[ROWS];                                                                                   \
-    _Pragma("GCC unroll 4") for (int r = 0; r < ROWS; r++) {                                       \
-      xv[r] = LOAD8(x[r] + j);                                                                     \
+  int64_t whole = in / LANES * LANES;                                                              \
+  for (int64_t j = 0; j < whole; j += LANES) {                                                     \
+    VT xv[ROWS];                                                                                   \
+    _Pragma("GCC unroll 8") for (int r = 0; r < ROWS; r++) {                                       \
+      xv[r] = LOADX(x[r] + j);                                                                     \
       KEEP(xv[r]);                                                                                 \
     }                                                                                              \
     _Pragma("GCC unroll 4") for (int o = 0; o < SK_OUT; o++) {                                     \
-      v8 wv = LOADW(w[o], j);                                                                     \
+      VT wv = LOADW(w[o], j);                                                                      \
       KEEP(wv);                                                                                    \
-      _Pragma("GCC unroll 4") for (int r = 0; r < ROWS; r++) acc[o][r] += wv * xv[r];              \
+      _Pragma("GCC unroll 8") for (int r = 0; r < ROWS; r++) acc[o][r] += wv * xv[r];              \
     }                                                                                              \
   }                                                                                                \
   if (whole < in) {                                                                                \
-    v8 xv[ROWS], wv;                                                                               \
+    VT xv[ROWS], wv;                                                                               \
     for (int r = 0; r < ROWS; r++) LOAD_PART(xv[r], x[r] + whole, in - whole);                     \
     _Pragma("GCC unroll 4") for (int o = 0; o < SK_OUT; o++) {                                     \
       LOADW_PART(wv, w[o], whole, in - whole);                                                     \
-      _Pragma("GCC unroll 4") for (int r = 0; r < ROWS; r++) acc[o][r] += wv * xv[r];              \
+      _Pragma("GCC unroll 8") for (int r = 0; r < ROWS; r++) acc[o][r] += wv * xv[r];              \
     }                                                                                              \
   }                                                                                                \
   for (int o = 0; o < SK_OUT; o++)                                                                 \
-    for (int r = 0; r < ROWS; r++) out[o * SK_ROWS + r] = LANE_SUM(acc[o][r]);
+    for (int r = 0; r < ROWS; r++) out[o * SK_MAX_ROWS + r] = SUM(acc[o][r]);
 
 #define NO_KEEP(v) ((void)0)
 typedef void sk_tile_fn(float *out, const void *const *w, const float *const *x, int64_t in);
 
-/* W's rows as float32, or as bfloat16 (the high half of a float32's bits): 8 of them widened
- * to floats by a shift */
+/* W's rows as float32, or as bfloat16 (the high half of a float32's bits): 8 or 16 of them
+ * widened to floats by a shift */
 typedef uint16_t h8 __attribute__((vector_size(16)));
 typedef uint16_t h8u __attribute__((vector_size(16), aligned(2)));
 typedef uint32_t u8 __attribute__((vector_size(32)));
+typedef uint16_t h16 __attribute__((vector_size(32)));
+typedef uint16_t h16u __attribute__((vector_size(32), aligned(2)));
+typedef uint32_t u16 __attribute__((vector_size(64)));
 #define LOADW_F32(w, j) LOAD8((const float *)(w) + (j))
+#define LOADW16_F32(w, j) LOAD16((const float *)(w) + (j))
 #define LOADW_F32_PART(v, w, j, k) LOAD_PART(v, (const float *)(w) + (j), k)
 #define LOADW_BF16(w, j) ((v8)(__builtin_convertvector(*(const h8u *)((const uint16_t *)(w) + (j)), u8) << 16))
-#define LOADW_BF16_PART(v, w, j, k)                                                                \
+#define LOADW16_BF16(w, j) ((v16)(__builtin_convertvector(*(const h16u *)((const uint16_t *)(w) + (j)), u16) << 16))
+#define LOADW_BF16_PART_AS(HT, UT, VT, v, w, j, k)                                                 \
   do {                                                                                             \
-    h8 h_ = {0};                                                                                   \
-    memcpy(&h_, (const uint16_t *)(w) + (j), sizeof(uint16_t) * (size_t)(k));                      \
-    (v) = (v8)(__builtin_convertvector(h_, u8) << 16);                                             \
+    HT h_ = {0};                                                                                   \
+    memcpy(&h_, (const uint16_t *)(w) + (j), sizeof(uint16_t) * (size_t)(k));                     \
+    (v) = (VT)(__builtin_convertvector(h_, UT) << 16);                                             \
   } while (0)
+#define LOADW_BF16_PART(v, w, j, k) LOADW_BF16_PART_AS(h8, u8, v8, v, w, j, k)
+#define LOADW16_BF16_PART(v, w, j, k) LOADW_BF16_PART_AS(h16, u16, v16, v, w, j, k)
 
-/* portable: gcc lowers the vectors to what the target has */
+/* 8-lane tiles (portable: gcc lowers the vectors to what the target has) */
 #define SK_TILE_FN(NAME, ATTR, ROWS, KEEP, LOADW, LOADW_PART)                                      \
   ATTR MRL_MATH static void NAME(float *out, const void *const *w, const float *const *x,          \
                                  int64_t in) {                                                     \
-    SK_TILE_LOOP(ROWS, KEEP, LOADW, LOADW_PART)                                                    \
+    SK_TILE_LOOP(v8, 8, LOAD8, LANE_SUM, ROWS, KEEP, LOADW, LOADW_PART)                            \
   }
 SK_TILE_FN(tile3_plain, , 3, NO_KEEP, LOADW_F32, LOADW_F32_PART)
+SK_TILE_FN(tile2_plain, , 2, NO_KEEP, LOADW_F32, LOADW_F32_PART)
 SK_TILE_FN(tile1_plain, , 1, NO_KEEP, LOADW_F32, LOADW_F32_PART)
 SK_TILE_FN(tile3_plain_bf16, , 3, NO_KEEP, LOADW_BF16, LOADW_BF16_PART)
+SK_TILE_FN(tile2_plain_bf16, , 2, NO_KEEP, LOADW_BF16, LOADW_BF16_PART)
 SK_TILE_FN(tile1_plain_bf16, , 1, NO_KEEP, LOADW_BF16, LOADW_BF16_PART)
 
+/* A kernel: tiles[r] takes r rows of x, 1 <= r <= max_rows (every r in between present: a call's
+ * rows are cut into tiles of max_rows and one of what is left) */
+typedef struct {
+  const char *name;
+  int max_rows;
+  sk_tile_fn *tiles[SK_MAX_ROWS + 1], *tiles_bf16[SK_MAX_ROWS + 1];
+} sk_kernel;
+
+static const sk_kernel sk_plain = {
+    "portable", 3,
+    {NULL, tile1_plain, tile2_plain, tile3_plain},
+    {NULL, tile1_plain_bf16, tile2_plain_bf16, tile3_plain_bf16}};
+
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-/* AVX2 + FMA (x86-64-v3, also what runs on v4: 12 accumulators and 4 operands fit its 16 ymm
- * registers) */
-#define SK_HAVE_V3 1
+/* AVX2 + FMA (x86-64-v3: 12 accumulators and 4 operands fit its 16 ymm registers) */
+#define SK_HAVE_X86 1
 #define KEEP_YMM(v) __asm__("" : "+x"(v))
 #define V3 __attribute__((target("arch=x86-64-v3")))
 SK_TILE_FN(tile3_v3, V3, 3, KEEP_YMM, LOADW_F32, LOADW_F32_PART)
+SK_TILE_FN(tile2_v3, V3, 2, KEEP_YMM, LOADW_F32, LOADW_F32_PART)
 SK_TILE_FN(tile1_v3, V3, 1, KEEP_YMM, LOADW_F32, LOADW_F32_PART)
 SK_TILE_FN(tile3_v3_bf16, V3, 3, KEEP_YMM, LOADW_BF16, LOADW_BF16_PART)
+SK_TILE_FN(tile2_v3_bf16, V3, 2, KEEP_YMM, LOADW_BF16, LOADW_BF16_PART)
 SK_TILE_FN(tile1_v3_bf16, V3, 1, KEEP_YMM, LOADW_BF16, LOADW_BF16_PART)
+static const sk_kernel sk_v3 = {"avx2", 3,
+                                {NULL, tile1_v3, tile2_v3, tile3_v3},
+                                {NULL, tile1_v3_bf16, tile2_v3_bf16, tile3_v3_bf16}};
+
+/* AVX-512 (x86-64-v4): 16 lanes, tiles of 4 W rows by up to 6 x rows (24 accumulators and 7
+ * operands in its 32 zmm registers), twice the multiply-adds per instruction of AVX2 */
+#define KEEP_ZMM(v) __asm__("" : "+v"(v))
+#define V4 __attribute__((target("arch=x86-64-v4")))
+#define SK_TILE16_FN(NAME, ROWS, LOADW, LOADW_PART)                                                \
+  V4 MRL_MATH static void NAME(float *out, const void *const *w, const float *const *x,            \
+                               int64_t in) {                                                       \
+    SK_TILE_LOOP(v16, 16, LOAD16, LANE_SUM16, ROWS, KEEP_ZMM, LOADW, LOADW_PART)                   \
+  }
+#define SK_TILES16(SUFFIX, LOADW, LOADW_PART)                                                      \
+  SK_TILE16_FN(tile1_v4##SUFFIX, 1, LOADW, LOADW_PART)                                             \
+  SK_TILE16_FN(tile2_v4##SUFFIX, 2, LOADW, LOADW_PART)                                             \
+  SK_TILE16_FN(tile3_v4##SUFFIX, 3, LOADW, LOADW_PART)                                             \
+  SK_TILE16_FN(tile4_v4##SUFFIX, 4, LOADW, LOADW_PART)                                             \
+  SK_TILE16_FN(tile5_v4##SUFFIX, 5, LOADW, LOADW_PART)                                             \
+  SK_TILE16_FN(tile6_v4##SUFFIX, 6, LOADW, LOADW_PART)
+SK_TILES16(, LOADW16_F32, LOADW_F32_PART)
+SK_TILES16(_bf16, LOADW16_BF16, LOADW16_BF16_PART)
+static const sk_kernel sk_v4 = {
+    "avx512", 6,
+    {NULL, tile1_v4, tile2_v4, tile3_v4, tile4_v4, tile5_v4, tile6_v4},
+    {NULL, tile1_v4_bf16, tile2_v4_bf16, tile3_v4_bf16, tile4_v4_bf16, tile5_v4_bf16,
+     tile6_v4_bf16}};
 #endif
+
+/* The kernels this CPU runs, best first (the portable one last, always there). */
+static int sk_kernels(const sk_kernel **out) {
+  int n = 0;
+#ifdef SK_HAVE_X86
+  __builtin_cpu_init();
+  if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+      __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl"))
+    out[n++] = &sk_v4;
+  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) out[n++] = &sk_v3;
+#endif
+  out[n++] = &sk_plain;
+  return n;
+}
+
+/* the kernel in use: the best one, or the one a test chose (mrl__skinny_use) */
+static _Atomic(const sk_kernel *) sk_chosen;
+
+static const sk_kernel *sk_kernel_now(void) {
+  const sk_kernel *k = sk_chosen;
+  if (!k) {
+    const sk_kernel *all[3];
+    sk_kernels(all);
+    k = all[0];
+    sk_chosen = k;
+  }
+  return k;
+}
+
+const char *mrl__skinny_use(int which) {
+  const sk_kernel *all[3];
+  int n = sk_kernels(all);
+  if (which < 0) {
+    sk_chosen = NULL;
+    return sk_kernel_now()->name;
+  }
+  if (which >= n) return NULL;
+  sk_chosen = all[which];
+  return all[which]->name;
+}
 
 typedef struct {
   int64_t n, out, in, ldx, ldw, ldy;
@@ -113,7 +215,8 @@ typedef struct {
   size_t w_size;    /* bytes per element of w */
   float *y;
   float beta;
-  sk_tile_fn *tile3, *tile1;
+  int max_rows;
+  sk_tile_fn *const *tiles;
 } skinny_job;
 
 /* One unit: output columns [u SK_UNIT, (u + 1) SK_UNIT) of every row. */
@@ -132,16 +235,16 @@ static void skinny_unit(void *ctx, int64_t u, int worker) {
       for (int64_t j = 0; j < job->in * (int64_t)job->w_size; j += 64)
         __builtin_prefetch(base + (size_t)(o * job->ldw) * job->w_size + j, 0, 2);
     for (int64_t r0 = 0; r0 < job->n;) {
-      int rows = job->n - r0 >= SK_ROWS ? SK_ROWS : 1;
-      const float *x[SK_ROWS];
+      int rows = job->n - r0 >= job->max_rows ? job->max_rows : (int)(job->n - r0);
+      const float *x[SK_MAX_ROWS];
       for (int r = 0; r < rows; r++) x[r] = job->x + (r0 + r) * job->ldx;
-      float t[SK_OUT * SK_ROWS];
-      (rows == SK_ROWS ? job->tile3 : job->tile1)(t, w, x, job->in);
+      float t[SK_OUT * SK_MAX_ROWS];
+      job->tiles[rows](t, w, x, job->in);
       for (int r = 0; r < rows; r++) {
         float *y = job->y + (r0 + r) * job->ldy;
         for (int o = 0; o < SK_OUT && o0 + o < o_end; o++)
-          y[o0 + o] = job->beta == 0.0f ? t[o * SK_ROWS + r]
-                                        : job->beta * y[o0 + o] + t[o * SK_ROWS + r];
+          y[o0 + o] = job->beta == 0.0f ? t[o * SK_MAX_ROWS + r]
+                                        : job->beta * y[o0 + o] + t[o * SK_MAX_ROWS + r];
       }
       r0 += rows;
     }
@@ -153,14 +256,9 @@ static void skinny_run(mrl_engine *e, float *y, int64_t ldy, const float *x, int
                        int64_t in, float beta) {
   if (n <= 0 || out <= 0) return;
   bool bf16 = w_size == sizeof(uint16_t);
+  const sk_kernel *k = sk_kernel_now();
   skinny_job job = {n, out, in, ldx, ldw, ldy, x, w, w_size, y, beta,
-                    bf16 ? tile3_plain_bf16 : tile3_plain, bf16 ? tile1_plain_bf16 : tile1_plain};
-#ifdef SK_HAVE_V3
-  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) {
-    job.tile3 = bf16 ? tile3_v3_bf16 : tile3_v3;
-    job.tile1 = bf16 ? tile1_v3_bf16 : tile1_v3;
-  }
-#endif
+                    k->max_rows, bf16 ? k->tiles_bf16 : k->tiles};
   mrl__pool_run(e, (out + SK_UNIT - 1) / SK_UNIT, 2.0 * (double)n * (double)out * (double)in,
                 skinny_unit, &job);
 }
