@@ -243,6 +243,13 @@ bench: all
 	@$(MAKE) --no-print-directory $(BUILD)/bench_tensor $(BUILD)/bench_stock_blas $(BUILD)/bench_sandbox
 	@sh scripts/bench.sh $(BUILD)
 
+# profile: where a small training step and a large decode step spend their time, per phase, from
+# perf samples (PROFILE_BASELINE=/other/build adds "before" columns). Installs linux-perf.
+.PHONY: profile
+profile: all
+	@sh scripts/deps.sh linux-perf
+	@sh scripts/profile.sh $(BUILD)
+
 # check-torch: a model saved by moonrl (F32 and BF16) gives the same logits in the plain PyTorch
 # implementation of tests/fixtures (the other direction, PyTorch's files into moonrl, is part of
 # make test). Needs Debian's python3-torch, which make test does not install.
