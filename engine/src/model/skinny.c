@@ -27,8 +27,7 @@ typedef float v16u __attribute__((vector_size(64), aligned(4)));
 
 /* (macros rather than functions: a vector return value would change the ABI of the baseline
  * build, which gcc warns about) an unaligned load of a vector; the first k floats of one, zeros
- * after; the sum of a vector's lanes in one fixed order (16 lanes: lane i + lane i + 8 first,
- * then the 8-lane order) */
+ * after; the sum of an 8-lane vector's lanes in one fixed order (16 lanes: sk_reduce16) */
 #define LOAD8(p) (*(const v8u *)(p))
 #define LOAD16(p) (*(const v16u *)(p))
 #define LOAD_PART(v, p, k)                                                                         \
@@ -38,19 +37,13 @@ typedef float v16u __attribute__((vector_size(64), aligned(4)));
   } while (0)
 #define LANE_SUM(v)                                                                                \
   ((((v)[0] + (v)[1]) + ((v)[2] + (v)[3])) + (((v)[4] + (v)[5]) + ((v)[6] + (v)[7])))
-#define LANE_SUM16(v)                                                                              \
-  __extension__({                                                                                  \
-    v8 h_ = __builtin_shufflevector(v, v, 0, 1, 2, 3, 4, 5, 6, 7) +                                \
-            __builtin_shufflevector(v, v, 8, 9, 10, 11, 12, 13, 14, 15);                           \
-    LANE_SUM(h_);                                                                                  \
-  })
 
 /* The tiles: out[o][r] = sum_j w[o][j] x[r][j] over j < in, each element a LANES-lane chain of
- * multiply-adds over j ascending, then SUM: the same for every tile shape of one kernel, so a row
+ * multiply-adds over j ascending, then its lanes' sum (FINISH): the same for every tile shape of one kernel, so a row
  * gives the same bits in a tile of 6 rows as in a tile of one. KEEP(v) pins a loaded vector in a
  * register (gcc would otherwise fold each use of it into the multiply-add as a load of its own,
  * which makes the loop load-bound). */
-#define SK_TILE_LOOP(VT, LANES, LOADX, SUM, ROWS, KEEP, LOADW, LOADW_PART)                         \
+#define SK_TILE_LOOP(VT, LANES, LOADX, FINISH, ROWS, KEEP, LOADW, LOADW_PART)                      \
   VT acc[SK_OUT][ROWS];                                                                            \
   memset(acc, 0, sizeof acc);                                                                      \
   int64_t whole = in / LANES * LANES;                                                              \
@@ -74,8 +67,11 @@ typedef float v16u __attribute__((vector_size(64), aligned(4)));
       _Pragma("GCC unroll 8") for (int r = 0; r < ROWS; r++) acc[o][r] += wv * xv[r];              \
     }                                                                                              \
   }                                                                                                \
+  FINISH(acc, ROWS)
+/* 8 lanes: each accumulator summed on its own */
+#define SK_FINISH8(acc, ROWS)                                                                      \
   for (int o = 0; o < SK_OUT; o++)                                                                 \
-    for (int r = 0; r < ROWS; r++) out[o * SK_MAX_ROWS + r] = SUM(acc[o][r]);
+    for (int r = 0; r < ROWS; r++) out[o * SK_MAX_ROWS + r] = LANE_SUM(acc[o][r]);
 
 #define NO_KEEP(v) ((void)0)
 typedef void sk_tile_fn(float *out, const void *const *w, const float *const *x, int64_t in);
@@ -106,7 +102,7 @@ typedef uint32_t u16 __attribute__((vector_size(64)));
 #define SK_TILE_FN(NAME, ATTR, ROWS, KEEP, LOADW, LOADW_PART)                                      \
   ATTR MRL_MATH static void NAME(float *out, const void *const *w, const float *const *x,          \
                                  int64_t in) {                                                     \
-    SK_TILE_LOOP(v8, 8, LOAD8, LANE_SUM, ROWS, KEEP, LOADW, LOADW_PART)                            \
+    SK_TILE_LOOP(v8, 8, LOAD8, SK_FINISH8, ROWS, KEEP, LOADW, LOADW_PART)                          \
   }
 SK_TILE_FN(tile3_plain, , 3, NO_KEEP, LOADW_F32, LOADW_F32_PART)
 SK_TILE_FN(tile2_plain, , 2, NO_KEEP, LOADW_F32, LOADW_F32_PART)
@@ -147,10 +143,55 @@ static const sk_kernel sk_v3 = {"avx2", 3,
  * operands in its 32 zmm registers), twice the multiply-adds per instruction of AVX2 */
 #define KEEP_ZMM(v) __asm__("" : "+v"(v))
 #define V4 __attribute__((target("arch=x86-64-v4")))
+
+/* The lane sums of 16 accumulators at once, a transposed tree: four rounds, each adding two
+ * halves of every accumulator's remaining lanes, two accumulators' halves packed per vector, so a
+ * round costs two two-source shuffles and one add for 16 lanes of work. Whatever the other
+ * accumulators, an accumulator a's sum is ((a'0 + a'4) + (a'2 + a'6)) + ((a'1 + a'5) + (a'3 +
+ * a'7)) with a'k = a[k] + a[k + 8]: the same bits for it alone as among others. Lane e of the
+ * result is the sum of a[e]. */
+#define SK_PAIR16(x, y, ...) (__builtin_shufflevector(x, y, __VA_ARGS__))
+static inline __attribute__((always_inline)) V4 MRL_MATH v16 *sk_reduce16(v16 *a) {
+  v16 t[8], u[4], v[2];
+  for (int i = 0; i < 8; i++)
+    t[i] = SK_PAIR16(a[2 * i], a[2 * i + 1], 0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22,
+                     23) +
+           SK_PAIR16(a[2 * i], a[2 * i + 1], 8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27, 28, 29,
+                     30, 31);
+  for (int i = 0; i < 4; i++)
+    u[i] = SK_PAIR16(t[2 * i], t[2 * i + 1], 0, 1, 2, 3, 8, 9, 10, 11, 16, 17, 18, 19, 24, 25,
+                     26, 27) +
+           SK_PAIR16(t[2 * i], t[2 * i + 1], 4, 5, 6, 7, 12, 13, 14, 15, 20, 21, 22, 23, 28, 29,
+                     30, 31);
+  for (int i = 0; i < 2; i++)
+    v[i] = SK_PAIR16(u[2 * i], u[2 * i + 1], 0, 1, 4, 5, 8, 9, 12, 13, 16, 17, 20, 21, 24, 25,
+                     28, 29) +
+           SK_PAIR16(u[2 * i], u[2 * i + 1], 2, 3, 6, 7, 10, 11, 14, 15, 18, 19, 22, 23, 26, 27,
+                     30, 31);
+  a[0] = SK_PAIR16(v[0], v[1], 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30) +
+         SK_PAIR16(v[0], v[1], 1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
+  return a;
+}
+
+/* the 4 x ROWS accumulators (at most 24) in groups of 16, zeros after the last */
+#define SK_FINISH16(acc, ROWS)                                                                     \
+  _Pragma("GCC unroll 2") for (int g = 0; g * 16 < SK_OUT * ROWS; g++) {                           \
+    v16 a[16];                                                                                     \
+    _Pragma("GCC unroll 16") for (int i = 0; i < 16; i++) {                                        \
+      int e = g * 16 + i;                                                                          \
+      a[i] = e < SK_OUT * ROWS ? acc[e / ROWS][e % ROWS] : (v16){0};                               \
+    }                                                                                              \
+    v16 s = *sk_reduce16(a);                                                                       \
+    _Pragma("GCC unroll 16") for (int i = 0; i < 16; i++) {                                        \
+      int e = g * 16 + i;                                                                          \
+      if (e < SK_OUT * ROWS) out[e / ROWS * SK_MAX_ROWS + e % ROWS] = s[i];                        \
+    }                                                                                              \
+  }
+
 #define SK_TILE16_FN(NAME, ROWS, LOADW, LOADW_PART)                                                \
   V4 MRL_MATH static void NAME(float *out, const void *const *w, const float *const *x,            \
                                int64_t in) {                                                       \
-    SK_TILE_LOOP(v16, 16, LOAD16, LANE_SUM16, ROWS, KEEP_ZMM, LOADW, LOADW_PART)                   \
+    SK_TILE_LOOP(v16, 16, LOAD16, SK_FINISH16, ROWS, KEEP_ZMM, LOADW, LOADW_PART)                  \
   }
 #define SK_TILES16(SUFFIX, LOADW, LOADW_PART)                                                      \
   SK_TILE16_FN(tile1_v4##SUFFIX, 1, LOADW, LOADW_PART)                                             \
