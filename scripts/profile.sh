@@ -49,11 +49,14 @@ phase_of() {
       else if (s ~ /rope/) ph = "RoPE"
       else if (s ~ /adamw|clip|grad_norm/) ph = "optimizer (AdamW, clipping)"
       else if (src ~ /model\/|kv_cache/) ph = "model glue (embedding, residuals, cache, gemm calls)"
-      else if (src ~ /pool\.c/ || s ~ /sched_yield|futex|pthread_cond|pthread_mutex|__schedule|finish_task_switch|do_syscall|entry_SYSCALL/) ph = "threads: engine pool wait/sync"
+      else if (s ~ /sched_yield/) ph = "threads: OpenBLAS idle spin (sched_yield)"
+      else if (src ~ /pool\.c/ || s ~ /futex|pthread_cond|pthread_mutex/) ph = "threads: engine pool wait/sync"
+      else if (s ~ /__schedule|finish_task_switch|do_syscall|entry_SYSCALL|x64_sys_call/) ph = "threads: scheduler and system calls"
       else if (s ~ /mem(cpy|move|set)/) ph = "memory copies"
       else if (src ~ /\/lua\// || d ~ /lua/ || s ~ /^lua[A-Z_]/) ph = "Lua and the binding"
       else if (s ~ /^(__)?(exp|log|sincos|pow)/ || d ~ /libm/) ph = "libm (exp, log)"
-      else if (d ~ /kernel/) ph = "kernel (page faults, other)"
+      else if (s ~ /clear_page|page_fault|handle_mm_fault|alloc_pages/) ph = "page faults (first touch of new memory)"
+      else if (d ~ /kernel/) ph = "kernel, other"
       if (ph == "") { ph = "other"; if (p >= 1) printf "?\t%.2f\t%s %s\n", p, d, s }
       printf "%s\t%.4f\n", ph, p
     }'
