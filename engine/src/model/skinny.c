@@ -18,7 +18,7 @@
 #include <string.h>
 
 /* SK_MAX_ROWS: the most rows of x a tile takes (the AVX-512 kernel's; 8-lane kernels take 3) */
-enum { SK_OUT = 4, SK_MAX_ROWS = 6, SK_UNIT = 16 /* W rows per unit of work */ };
+enum { SK_OUT = 4, SK_MAX_ROWS = 6, SK_UNIT = 32 /* W rows per unit of work */ };
 
 typedef float v8 __attribute__((vector_size(32)));
 typedef float v8u __attribute__((vector_size(32), aligned(4))); /* unaligned loads */
@@ -43,7 +43,7 @@ typedef float v16u __attribute__((vector_size(64), aligned(4)));
  * gives the same bits in a tile of 6 rows as in a tile of one. KEEP(v) pins a loaded vector in a
  * register (gcc would otherwise fold each use of it into the multiply-add as a load of its own,
  * which makes the loop load-bound). */
-#define SK_TILE_LOOP(VT, LANES, LOADX, FINISH, ROWS, KEEP, LOADW, LOADW_PART)                      \
+#define SK_TILE_LOOP(VT, LANES, LOADX, FINISH, ROWS, KEEP, LOADW, LOADW_PART, PFW)                 \
   VT acc[SK_OUT][ROWS];                                                                            \
   memset(acc, 0, sizeof acc);                                                                      \
   int64_t whole = in / LANES * LANES;                                                              \
@@ -56,6 +56,7 @@ typedef float v16u __attribute__((vector_size(64), aligned(4)));
     _Pragma("GCC unroll 4") for (int o = 0; o < SK_OUT; o++) {                                     \
       VT wv = LOADW(w[o], j);                                                                      \
       KEEP(wv);                                                                                    \
+      __builtin_prefetch(PFW(pf[o], j), 0, 2);                                                     \
       _Pragma("GCC unroll 8") for (int r = 0; r < ROWS; r++) acc[o][r] += wv * xv[r];              \
     }                                                                                              \
   }                                                                                                \
@@ -74,7 +75,10 @@ typedef float v16u __attribute__((vector_size(64), aligned(4)));
     for (int r = 0; r < ROWS; r++) out[o * SK_MAX_ROWS + r] = LANE_SUM(acc[o][r]);
 
 #define NO_KEEP(v) ((void)0)
-typedef void sk_tile_fn(float *out, const void *const *w, const float *const *x, int64_t in);
+/* pf: SK_OUT rows whose columns the tile prefetches as it goes through its own (the next tile's
+ * rows of W, or its own again when there is nothing to fetch) */
+typedef void sk_tile_fn(float *out, const void *const *w, const float *const *x, int64_t in,
+                        const void *const *pf);
 
 /* W's rows as float32, or as bfloat16 (the high half of a float32's bits): 8 or 16 of them
  * widened to floats by a shift */
@@ -84,6 +88,8 @@ typedef uint32_t u8 __attribute__((vector_size(32)));
 typedef uint16_t h16 __attribute__((vector_size(32)));
 typedef uint16_t h16u __attribute__((vector_size(32), aligned(2)));
 typedef uint32_t u16 __attribute__((vector_size(64)));
+#define PFW_F32(w, j) ((const float *)(w) + (j))
+#define PFW_BF16(w, j) ((const uint16_t *)(w) + (j))
 #define LOADW_F32(w, j) LOAD8((const float *)(w) + (j))
 #define LOADW16_F32(w, j) LOAD16((const float *)(w) + (j))
 #define LOADW_F32_PART(v, w, j, k) LOAD_PART(v, (const float *)(w) + (j), k)
@@ -99,17 +105,17 @@ typedef uint32_t u16 __attribute__((vector_size(64)));
 #define LOADW16_BF16_PART(v, w, j, k) LOADW_BF16_PART_AS(h16, u16, v16, v, w, j, k)
 
 /* 8-lane tiles (portable: gcc lowers the vectors to what the target has) */
-#define SK_TILE_FN(NAME, ATTR, ROWS, KEEP, LOADW, LOADW_PART)                                      \
+#define SK_TILE_FN(NAME, ATTR, ROWS, KEEP, LOADW, LOADW_PART, PFW)                                 \
   ATTR MRL_MATH static void NAME(float *out, const void *const *w, const float *const *x,          \
-                                 int64_t in) {                                                     \
-    SK_TILE_LOOP(v8, 8, LOAD8, SK_FINISH8, ROWS, KEEP, LOADW, LOADW_PART)                          \
+                                 int64_t in, const void *const *pf) {                              \
+    SK_TILE_LOOP(v8, 8, LOAD8, SK_FINISH8, ROWS, KEEP, LOADW, LOADW_PART, PFW)                     \
   }
-SK_TILE_FN(tile3_plain, , 3, NO_KEEP, LOADW_F32, LOADW_F32_PART)
-SK_TILE_FN(tile2_plain, , 2, NO_KEEP, LOADW_F32, LOADW_F32_PART)
-SK_TILE_FN(tile1_plain, , 1, NO_KEEP, LOADW_F32, LOADW_F32_PART)
-SK_TILE_FN(tile3_plain_bf16, , 3, NO_KEEP, LOADW_BF16, LOADW_BF16_PART)
-SK_TILE_FN(tile2_plain_bf16, , 2, NO_KEEP, LOADW_BF16, LOADW_BF16_PART)
-SK_TILE_FN(tile1_plain_bf16, , 1, NO_KEEP, LOADW_BF16, LOADW_BF16_PART)
+SK_TILE_FN(tile3_plain, , 3, NO_KEEP, LOADW_F32, LOADW_F32_PART, PFW_F32)
+SK_TILE_FN(tile2_plain, , 2, NO_KEEP, LOADW_F32, LOADW_F32_PART, PFW_F32)
+SK_TILE_FN(tile1_plain, , 1, NO_KEEP, LOADW_F32, LOADW_F32_PART, PFW_F32)
+SK_TILE_FN(tile3_plain_bf16, , 3, NO_KEEP, LOADW_BF16, LOADW_BF16_PART, PFW_BF16)
+SK_TILE_FN(tile2_plain_bf16, , 2, NO_KEEP, LOADW_BF16, LOADW_BF16_PART, PFW_BF16)
+SK_TILE_FN(tile1_plain_bf16, , 1, NO_KEEP, LOADW_BF16, LOADW_BF16_PART, PFW_BF16)
 
 /* A kernel: tiles[r] takes r rows of x, 1 <= r <= max_rows (every r in between present: a call's
  * rows are cut into tiles of max_rows and one of what is left) */
@@ -129,12 +135,12 @@ static const sk_kernel sk_plain = {
 #define SK_HAVE_X86 1
 #define KEEP_YMM(v) __asm__("" : "+x"(v))
 #define V3 __attribute__((target("arch=x86-64-v3")))
-SK_TILE_FN(tile3_v3, V3, 3, KEEP_YMM, LOADW_F32, LOADW_F32_PART)
-SK_TILE_FN(tile2_v3, V3, 2, KEEP_YMM, LOADW_F32, LOADW_F32_PART)
-SK_TILE_FN(tile1_v3, V3, 1, KEEP_YMM, LOADW_F32, LOADW_F32_PART)
-SK_TILE_FN(tile3_v3_bf16, V3, 3, KEEP_YMM, LOADW_BF16, LOADW_BF16_PART)
-SK_TILE_FN(tile2_v3_bf16, V3, 2, KEEP_YMM, LOADW_BF16, LOADW_BF16_PART)
-SK_TILE_FN(tile1_v3_bf16, V3, 1, KEEP_YMM, LOADW_BF16, LOADW_BF16_PART)
+SK_TILE_FN(tile3_v3, V3, 3, KEEP_YMM, LOADW_F32, LOADW_F32_PART, PFW_F32)
+SK_TILE_FN(tile2_v3, V3, 2, KEEP_YMM, LOADW_F32, LOADW_F32_PART, PFW_F32)
+SK_TILE_FN(tile1_v3, V3, 1, KEEP_YMM, LOADW_F32, LOADW_F32_PART, PFW_F32)
+SK_TILE_FN(tile3_v3_bf16, V3, 3, KEEP_YMM, LOADW_BF16, LOADW_BF16_PART, PFW_BF16)
+SK_TILE_FN(tile2_v3_bf16, V3, 2, KEEP_YMM, LOADW_BF16, LOADW_BF16_PART, PFW_BF16)
+SK_TILE_FN(tile1_v3_bf16, V3, 1, KEEP_YMM, LOADW_BF16, LOADW_BF16_PART, PFW_BF16)
 static const sk_kernel sk_v3 = {"avx2", 3,
                                 {NULL, tile1_v3, tile2_v3, tile3_v3},
                                 {NULL, tile1_v3_bf16, tile2_v3_bf16, tile3_v3_bf16}};
@@ -188,20 +194,20 @@ static inline __attribute__((always_inline)) V4 MRL_MATH v16 *sk_reduce16(v16 *a
     }                                                                                              \
   }
 
-#define SK_TILE16_FN(NAME, ROWS, LOADW, LOADW_PART)                                                \
+#define SK_TILE16_FN(NAME, ROWS, LOADW, LOADW_PART, PFW)                                           \
   V4 MRL_MATH static void NAME(float *out, const void *const *w, const float *const *x,            \
-                               int64_t in) {                                                       \
-    SK_TILE_LOOP(v16, 16, LOAD16, SK_FINISH16, ROWS, KEEP_ZMM, LOADW, LOADW_PART)                  \
+                               int64_t in, const void *const *pf) {                                \
+    SK_TILE_LOOP(v16, 16, LOAD16, SK_FINISH16, ROWS, KEEP_ZMM, LOADW, LOADW_PART, PFW)             \
   }
-#define SK_TILES16(SUFFIX, LOADW, LOADW_PART)                                                      \
-  SK_TILE16_FN(tile1_v4##SUFFIX, 1, LOADW, LOADW_PART)                                             \
-  SK_TILE16_FN(tile2_v4##SUFFIX, 2, LOADW, LOADW_PART)                                             \
-  SK_TILE16_FN(tile3_v4##SUFFIX, 3, LOADW, LOADW_PART)                                             \
-  SK_TILE16_FN(tile4_v4##SUFFIX, 4, LOADW, LOADW_PART)                                             \
-  SK_TILE16_FN(tile5_v4##SUFFIX, 5, LOADW, LOADW_PART)                                             \
-  SK_TILE16_FN(tile6_v4##SUFFIX, 6, LOADW, LOADW_PART)
-SK_TILES16(, LOADW16_F32, LOADW_F32_PART)
-SK_TILES16(_bf16, LOADW16_BF16, LOADW16_BF16_PART)
+#define SK_TILES16(SUFFIX, LOADW, LOADW_PART, PFW)                                                 \
+  SK_TILE16_FN(tile1_v4##SUFFIX, 1, LOADW, LOADW_PART, PFW)                                        \
+  SK_TILE16_FN(tile2_v4##SUFFIX, 2, LOADW, LOADW_PART, PFW)                                        \
+  SK_TILE16_FN(tile3_v4##SUFFIX, 3, LOADW, LOADW_PART, PFW)                                        \
+  SK_TILE16_FN(tile4_v4##SUFFIX, 4, LOADW, LOADW_PART, PFW)                                        \
+  SK_TILE16_FN(tile5_v4##SUFFIX, 5, LOADW, LOADW_PART, PFW)                                        \
+  SK_TILE16_FN(tile6_v4##SUFFIX, 6, LOADW, LOADW_PART, PFW)
+SK_TILES16(, LOADW16_F32, LOADW_F32_PART, PFW_F32)
+SK_TILES16(_bf16, LOADW16_BF16, LOADW16_BF16_PART, PFW_BF16)
 static const sk_kernel sk_v4 = {
     "avx512", 6,
     {NULL, tile1_v4, tile2_v4, tile3_v4, tile4_v4, tile5_v4, tile6_v4},
@@ -270,17 +276,21 @@ static void skinny_unit(void *ctx, int64_t u, int worker) {
     const void *w[SK_OUT];
     for (int o = 0; o < SK_OUT; o++) /* short of rows: the last one again, its copy dropped */
       w[o] = base + (size_t)((o0 + o < o_end ? o0 + o : o_end - 1) * job->ldw) * job->w_size;
-    /* the next tile's rows of W on their way into the cache while this one computes: each new
-     * row would otherwise start with a wait on memory before the prefetcher has caught on */
-    for (int64_t o = o0 + 2 * SK_OUT; o < o0 + 3 * SK_OUT && o < job->out; o++)
-      for (int64_t j = 0; j < job->in * (int64_t)job->w_size; j += 64)
-        __builtin_prefetch(base + (size_t)(o * job->ldw) * job->w_size + j, 0, 2);
+    /* the next tile's rows of W come into the cache while this one's first pass computes, a
+     * line per row per step of its loop (a burst of prefetches at the tile's start would fill
+     * the core's miss buffers and stall it); the unit's first tile is fetched as it is read */
+    const void *next[SK_OUT];
+    for (int o = 0; o < SK_OUT; o++)
+      next[o] = o0 + SK_OUT < o_end
+                    ? base + (size_t)((o0 + SK_OUT + o < o_end ? o0 + SK_OUT + o : o_end - 1) *
+                                      job->ldw) * job->w_size
+                    : w[o];
     for (int64_t r0 = 0; r0 < job->n;) {
       int rows = job->n - r0 >= job->max_rows ? job->max_rows : (int)(job->n - r0);
       const float *x[SK_MAX_ROWS];
       for (int r = 0; r < rows; r++) x[r] = job->x + (r0 + r) * job->ldx;
       float t[SK_OUT * SK_MAX_ROWS];
-      job->tiles[rows](t, w, x, job->in);
+      job->tiles[rows](t, w, x, job->in, r0 == 0 ? next : w);
       for (int r = 0; r < rows; r++) {
         float *y = job->y + (r0 + r) * job->ldy;
         for (int o = 0; o < SK_OUT && o0 + o < o_end; o++)
