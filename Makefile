@@ -228,10 +228,16 @@ COMPAT_OPENAI := compat/node_modules/openai/package.json
 	cd $*/compat && npm ci --no-audit --no-fund
 	@touch $@
 
+# The report's browser test (tests/report) drives Debian's chromium over its DevTools pipe with
+# node; the rockspec's test (tests/rock_test.sh) runs Debian's luarocks. Both only for the tests.
+TEST_PACKAGES := chromium luarocks
+
 test: all $(BUILD)/$(QWEN3_JSON) $(BUILD)/$(COMPAT_OPENAI)
+	@sh scripts/deps.sh $(TEST_PACKAGES)
 	@MOONRL_LAYER_RULES='$(LAYER_RULES)' sh scripts/run_tests.sh $(BUILD)
 
 asan: deps build-asan/$(QWEN3_JSON) build-asan/$(COMPAT_OPENAI)
+	@sh scripts/deps.sh $(TEST_PACKAGES)
 	@$(MAKE) --no-print-directory BUILD=build-asan SANITIZE=1 build
 	@MOONRL_LAYER_RULES='$(LAYER_RULES)' sh scripts/run_tests.sh build-asan asan
 
