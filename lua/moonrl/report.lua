@@ -206,8 +206,9 @@ end
 
 -- ---------------------------------------------------------------- the run's figures
 
--- The step 0 and last evaluations and the run's seconds: {steps =, before =, after =, reward =,
--- seconds =} (fields nil where the history lacks them).
+-- The run's figures: {steps = the last step, before = held-out greedy success at step 0 (or the
+-- first evaluation), after = at the last evaluation after it, reward = the last RL step's
+-- reward/mean, seconds = SFT + the steps' time/step} (nil where the history lacks them).
 function M.summary(run)
   local s = { steps = 0 }
   local seconds, timed = 0, false
@@ -223,8 +224,13 @@ function M.summary(run)
   if s.after_step == 0 or s.after_step == nil then s.after, s.after_step = nil, nil end
   if run.sft and type(run.sft.seconds) == "number" then seconds, timed = seconds + run.sft.seconds, true end
   s.seconds = timed and seconds or nil
-  local last = run.history[#run.history]
-  if last and last.step > 0 and type(last["reward/mean"]) == "number" then s.reward = last["reward/mean"] end
+  for i = #run.history, 1, -1 do
+    local h = run.history[i]
+    if h.step > 0 and type(h["reward/mean"]) == "number" then
+      s.reward = h["reward/mean"]
+      break
+    end
+  end
   return s
 end
 
