@@ -368,6 +368,20 @@ uninstall:
 	-rmdir $(DESTDIR)$(LUADIR)/moonrl $(DESTDIR)$(CMODDIR)/moonrl $(DESTDIR)$(JITDIR)/moonrl 2>/dev/null
 	@if [ -z "$(DESTDIR)" ] && [ "$$(id -u)" = 0 ] && command -v ldconfig >/dev/null; then ldconfig; fi
 
+# luarocks (moonrl-0.1.0-1.rockspec, build type make): `rock` builds the Lua C module only (no
+# deps step: luarocks users install packages themselves); `rock-install` copies it and the Lua
+# modules into the folders luarocks names (INST_LIBDIR, INST_LUADIR of the rock being installed).
+.PHONY: rock rock-install
+rock: $(LUA_CMOD)
+
+rock-install: $(LUA_CMOD)
+	@test -n "$(INST_LIBDIR)" && test -n "$(INST_LUADIR)" || \
+	  { echo "rock-install is luarocks': it needs INST_LIBDIR and INST_LUADIR" >&2; exit 1; }
+	install -d $(INST_LIBDIR)/moonrl $(INST_LUADIR)/moonrl $(addprefix $(INST_LUADIR)/,$(LUA_SUBDIRS))
+	install -m 755 $(LUA_CMOD) $(INST_LIBDIR)/moonrl/core.so
+	for f in $(patsubst lua/%,%,$(LUA_MODULES)); do \
+	  install -m 644 lua/$$f $(INST_LUADIR)/$$f || exit 1; done
+
 print-lua:
 	@echo 'LUA_PC=$(LUA_PC)'; echo 'LUA_CFLAGS=$(LUA_CFLAGS)'; echo 'LUA_LIBS=$(LUA_LIBS)'; \
 	  echo 'LUA=$(LUA)'

@@ -60,6 +60,7 @@ run_suite "luajit: tests/luajit" env LD_PRELOAD="${MOONRL_PRELOAD:-}" luajit /us
 run_suite "node: tests/compat" node --test --test-reporter=tap tests/compat/openai_sdk.test.mjs
 run_suite "browser: tests/report" node --test --test-reporter=tap tests/report/report_browser.test.mjs
 run_suite "install + embedding" sh tests/install_test.sh "$BUILD" "$MODE"
+run_suite "luarocks make" sh tests/rock_test.sh "$BUILD" "$MODE"
 
 echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ]
