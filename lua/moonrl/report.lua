@@ -11,7 +11,8 @@
 -- run with the first and the last included; default 60), text_limit (the longest action or
 -- observation text kept, in bytes; default 2000), history, options and sft (the trainer's
 -- in-memory copies, so that a report during a run need not re-read metrics.jsonl and state.json),
--- name (the run's name on the page; default the folder's).
+-- name (the run's name on the page; default the folder's), episodes = false (leaves
+-- episodes.jsonl unread: `moonrl runs` needs only the metrics).
 -- A line that is not JSON, invalid UTF-8 and a missing file are reported on the page and
 -- skipped; only a folder that is not there or holds no run file is an error.
 local core = require "moonrl.core"
@@ -131,7 +132,8 @@ end
 
 local READ_OPTS = { { "episode_steps", M.EPISODE_STEPS, argcheck.integer(1) },
   { "text_limit", M.TEXT_LIMIT, argcheck.integer(16) }, { "history", nil, argcheck.table },
-  { "options", nil, argcheck.table }, { "sft", nil, argcheck.table }, { "name", nil, argcheck.string } }
+  { "options", nil, argcheck.table }, { "sft", nil, argcheck.table }, { "name", nil, argcheck.string },
+  { "episodes", true, argcheck.boolean } }
 
 -- report.read(dir [, opts]) -> run | nil, message. run = {dir =, name =, history = {metrics rows
 -- sorted by step}, options =, sft =, episodes = {...}, episodes_total =, steps_logged =,
@@ -151,7 +153,8 @@ function M.read(dir, opts)
     have = true
     local state, err = json.decode(stext)
     if type(state) ~= "table" then
-      problems[#problems + 1] = "state.json: " .. (err and ("not JSON (" .. err .. ")") or "not a JSON object")
+      problems[#problems + 1] = "state.json: "
+        .. (err and ("not JSON (" .. err .. ")") or "not a JSON object")
     else
       run.options = type(state.options) == "table" and state.options or nil
       run.sft = type(state.sft) == "table" and state.sft or nil
@@ -176,7 +179,16 @@ function M.read(dir, opts)
   run.history = rows
 
   local limit = opts.text_limit
-  local eps = read_jsonl(dir .. "/episodes.jsonl", "episodes.jsonl", problems)
+  local eps
+  if opts.episodes then
+    eps = read_jsonl(dir .. "/episodes.jsonl", "episodes.jsonl", problems)
+  else
+    local f = io.open(dir .. "/episodes.jsonl", "rb")
+    if f then
+      f:close()
+      have = true
+    end
+  end
   run.episodes, run.episodes_total, run.steps_logged, run.steps_shown = {}, 0, 0, 0
   if eps then
     have = true
@@ -264,7 +276,9 @@ local function group_of(k)
   if head == "end" then return "end", "terminations (episodes per end reason)" end
   if head == "time" then return "time", "timings (seconds)" end
   if k == "tokens_per_s" then return "throughput", "throughput (tokens per second)" end
-  if head == "curriculum" or head == "tasks" or head == "sampling" then return "curriculum", "curriculum and task sampling" end
+  if head == "curriculum" or head == "tasks" or head == "sampling" then
+    return "curriculum", "curriculum and task sampling"
+  end
   if head == "synth" then return "synth", "task synthesis" end
   if head == "adv" then return "adv", "advantages" end
   if head then return "diag/" .. head, "diagnostics: " .. head end
@@ -415,7 +429,8 @@ h3{margin:.2em 0;font-size:14px}
 .ty{font-size:10px;text-anchor:end;fill:#555}.tx{font-size:10px;text-anchor:middle;fill:#555}
 .legend{list-style:none;margin:4px 0 0;padding:0;font-size:12px;columns:2}
 .sw{display:inline-block;width:10px;height:10px;margin-right:4px}.last{color:#888}
-table.options{border-collapse:collapse}table.options td{border-top:1px solid #eee;padding:2px 8px;vertical-align:top}
+table.options{border-collapse:collapse}
+table.options td{border-top:1px solid #eee;padding:2px 8px;vertical-align:top}
 .filters label{margin-right:1em}
 .episode{border:1px solid #ddd;border-radius:4px;margin:4px 0;padding:2px 6px}
 .episode.ok summary b{color:#1a7f37}.episode.fail summary b{color:#b42318}
@@ -440,7 +455,7 @@ function turns(e){
   var t=el('table','turns'),h=el('tr');
   ['turn','action','tool call / parse','observation','reward','info'].forEach(function(c){h.appendChild(el('th',null,c))});
   t.appendChild(h);
-  (e.record||[]).forEach(function(r,i){
+  (Array.isArray(e.record)?e.record:[]).forEach(function(r,i){
     var tr=el('tr','turn');tr.appendChild(el('td',null,String(i+1)));
     var a=el('td');a.appendChild(pre(r.action));tr.appendChild(a);
     var p=r.parsed||{},call=txt(p.kind)+(p.name?' '+txt(p.name):'');
@@ -566,10 +581,11 @@ function M.html(run)
   add(string.format('<p class="note" id="ep-cap">episodes.jsonl holds %d episodes of %d steps; '
     .. 'this page embeds the %d episodes of %d of those steps%s.</p>\n', run.episodes_total,
     run.steps_logged, #run.episodes, run.steps_shown,
-    run.steps_shown < run.steps_logged and string.format(" (at most %d steps, evenly spaced, the first and the last included)",
-      run.episode_steps) or ""))
+    run.steps_shown < run.steps_logged and string.format(" (at most %d steps, evenly spaced, the "
+      .. "first and the last included)", run.episode_steps) or ""))
   add('<div class="filters"><label>step <select id="f-step"><option value="">all</option></select></label>'
-    .. '<label>outcome <select id="f-success"><option value="">all</option><option value="yes">success</option>'
+    .. '<label>outcome <select id="f-success"><option value="">all</option>'
+    .. '<option value="yes">success</option>'
     .. '<option value="no">failure</option></select></label>'
     .. '<label>end <select id="f-end"><option value="">all</option></select></label>'
     .. '<label>task <input id="f-task" type="search" placeholder="text in the task"></label>'

@@ -17,7 +17,7 @@ local function pct(v) return v and string.format("%.1f%%", 100 * v) or "-" end
 
 -- The row of one run folder (report.read's figures), or nil when dir is not a run.
 local function row(dir, name)
-  local run, err = report.read(dir, { episode_steps = 1 })
+  local run, err = report.read(dir, { episodes = false })
   if not run then
     if err:find("not a run folder", 1, true) then return nil end
     return { name = name, dir = dir, problems = { err } }
@@ -78,7 +78,8 @@ function M.table(rows)
   for _, r in ipairs(rows) do
     for i, p in ipairs(r.problems) do
       if i > 3 then
-        out[#out + 1] = string.format("%s: ... and %d more problems", report.utf8_clean(r.name), #r.problems - 3)
+        out[#out + 1] = string.format("%s: ... and %d more problems", report.utf8_clean(r.name),
+          #r.problems - 3)
         break
       end
       out[#out + 1] = report.utf8_clean(r.name .. ": " .. p)
@@ -113,9 +114,12 @@ local KEY_METRICS = { "success", "reward/mean", "eval/greedy_success", "eval/sam
   "length_mean", "tokens_per_s", "time/step" }
 
 local function read_run(path)
-  local run, err = report.read(path, { episode_steps = 1 })
+  local run, err = report.read(path, { episodes = false })
   if not run then return nil, err end
-  if #run.history == 0 then return nil, path .. ": no metrics (" .. table.concat(run.problems, "; ") .. ")" end
+  if #run.history == 0 then
+    local why = #run.problems > 0 and " (" .. table.concat(run.problems, "; ") .. ")" or ""
+    return nil, path .. ": no metrics" .. why
+  end
   return run
 end
 
@@ -144,7 +148,8 @@ function M.compare(a, b)
     local va, vb = last_of(ra, k), last_of(rb, k)
     if va or vb then cells[#cells + 1] = { k .. " (last)", fmt(va), fmt(vb) } end
     if k == "success" or k == "reward/mean" then
-      cells[#cells + 1] = { k .. " (mean of last 10 steps)", fmt(tail_mean(ra, k, 10)), fmt(tail_mean(rb, k, 10)) }
+      cells[#cells + 1] = { k .. " (mean of last 10 steps)", fmt(tail_mean(ra, k, 10)),
+        fmt(tail_mean(rb, k, 10)) }
     end
   end
   local out = columns({ "", report.utf8_clean(ra.name), report.utf8_clean(rb.name) }, cells)
