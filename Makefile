@@ -228,10 +228,16 @@ COMPAT_OPENAI := compat/node_modules/openai/package.json
 	cd $*/compat && npm ci --no-audit --no-fund
 	@touch $@
 
+# The report's browser test (tests/report) drives Debian's chromium over its DevTools pipe with
+# node; the rockspec's test (tests/rock_test.sh) runs Debian's luarocks. Both only for the tests.
+TEST_PACKAGES := chromium luarocks
+
 test: all $(BUILD)/$(QWEN3_JSON) $(BUILD)/$(COMPAT_OPENAI)
+	@sh scripts/deps.sh $(TEST_PACKAGES)
 	@MOONRL_LAYER_RULES='$(LAYER_RULES)' sh scripts/run_tests.sh $(BUILD)
 
 asan: deps build-asan/$(QWEN3_JSON) build-asan/$(COMPAT_OPENAI)
+	@sh scripts/deps.sh $(TEST_PACKAGES)
 	@$(MAKE) --no-print-directory BUILD=build-asan SANITIZE=1 build
 	@MOONRL_LAYER_RULES='$(LAYER_RULES)' sh scripts/run_tests.sh build-asan asan
 
@@ -368,6 +374,20 @@ uninstall:
 	rm -f $(DESTDIR)$(JITDIR)/moonrl/ffi.lua $(DESTDIR)$(JITDIR)/moonrl/ffi_cdef.lua
 	-rmdir $(DESTDIR)$(LUADIR)/moonrl $(DESTDIR)$(CMODDIR)/moonrl $(DESTDIR)$(JITDIR)/moonrl 2>/dev/null
 	@if [ -z "$(DESTDIR)" ] && [ "$$(id -u)" = 0 ] && command -v ldconfig >/dev/null; then ldconfig; fi
+
+# luarocks (moonrl-0.1.0-1.rockspec, build type make): `rock` builds the Lua C module only (no
+# deps step: luarocks users install packages themselves); `rock-install` copies it and the Lua
+# modules into the folders luarocks names (INST_LIBDIR, INST_LUADIR of the rock being installed).
+.PHONY: rock rock-install
+rock: $(LUA_CMOD)
+
+rock-install: $(LUA_CMOD)
+	@test -n "$(INST_LIBDIR)" && test -n "$(INST_LUADIR)" || \
+	  { echo "rock-install is luarocks': it needs INST_LIBDIR and INST_LUADIR" >&2; exit 1; }
+	install -d $(INST_LIBDIR)/moonrl $(INST_LUADIR)/moonrl $(addprefix $(INST_LUADIR)/,$(LUA_SUBDIRS))
+	install -m 755 $(LUA_CMOD) $(INST_LIBDIR)/moonrl/core.so
+	for f in $(patsubst lua/%,%,$(LUA_MODULES)); do \
+	  install -m 644 lua/$$f $(INST_LUADIR)/$$f || exit 1; done
 
 print-lua:
 	@echo 'LUA_PC=$(LUA_PC)'; echo 'LUA_CFLAGS=$(LUA_CFLAGS)'; echo 'LUA_LIBS=$(LUA_LIBS)'; \

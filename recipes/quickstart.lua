@@ -45,4 +45,5 @@ print(string.format("held-out greedy success: after SFT %.1f%%, after RL %.1f%% 
 print(string.format("held-out sampled success: after SFT %.1f%%, after RL %.1f%%; pass@4 %.1f%% -> %.1f%%",
   100 * b["eval/sample_success"], 100 * a["eval/sample_success"], 100 * b["eval/pass_at_k"],
   100 * a["eval/pass_at_k"]))
-print("files: " .. result.dir .. "/metrics.jsonl, episodes.jsonl, curve.svg")
+print("files: " .. result.dir .. "/metrics.jsonl, episodes.jsonl, curve.svg, state.json")
+print("report: " .. result.dir .. "/report.html")

@@ -58,7 +58,9 @@ done
 run_suite "lua: tests/lua" "$BUILD/moonrl" run /usr/bin/busted -o TAP tests/lua
 run_suite "luajit: tests/luajit" env LD_PRELOAD="${MOONRL_PRELOAD:-}" luajit /usr/bin/busted -o TAP tests/luajit
 run_suite "node: tests/compat" node --test --test-reporter=tap tests/compat/openai_sdk.test.mjs
+run_suite "browser: tests/report" node --test --test-reporter=tap tests/report/report_browser.test.mjs
 run_suite "install + embedding" sh tests/install_test.sh "$BUILD" "$MODE"
+run_suite "luarocks make" sh tests/rock_test.sh "$BUILD" "$MODE"
 
 echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ]

@@ -22,6 +22,10 @@ static const char usage[] =
     "  -e CODE [ARGS...]   run a chunk of Lua code\n"
     "  repl                interactive prompt (readline, history, tab completion, Ctrl-C)\n"
     "  serve --model DIR   OpenAI-compatible HTTP server for a model (moonrl serve --help)\n"
+    "  report RUN_DIR...   write RUN_DIR/report.html: plots of every metric, the options and\n"
+    "                      an episode browser, one self-contained page\n"
+    "  runs [DIR]          a table of the runs in DIR (default runs): steps, held-out success\n"
+    "                      before and after, time, reward; runs --compare A B: two side by side\n"
     "  version             print the versions of moonrl, Lua and OpenBLAS\n"
     "  env                 print shell exports so that lua5.4 and luajit find moonrl:\n"
     "                        eval \"$(moonrl env)\"\n"
@@ -141,6 +145,30 @@ static int run(mrl_script *s, const char *path, const char *code, int argc, char
   return report(s, st);
 }
 
+/* A command written in Lua: require(module).main({args...}), which prints its own output and
+ * messages and returns true, or false for a failure it has explained; an error it raises is
+ * printed as "moonrl: <message>". */
+static int run_tool(mrl_script *s, const char *module, int argc, char **argv) {
+  lua_State *L = mrl__script_lua(s);
+  mrl_cli_catch_sigint(L);
+  lua_getglobal(L, "require");
+  lua_pushstring(L, module);
+  int rc = 1;
+  if (lua_pcall(L, 1, 1, 0) == LUA_OK) {
+    lua_getfield(L, -1, "main");
+    lua_createtable(L, argc, 0);
+    for (int i = 0; i < argc; i++) {
+      lua_pushstring(L, argv[i]);
+      lua_rawseti(L, -2, i + 1);
+    }
+    if (lua_pcall(L, 1, 1, 0) == LUA_OK) rc = lua_toboolean(L, -1) ? 0 : 1;
+  }
+  if (rc && lua_type(L, -1) == LUA_TSTRING) fprintf(stderr, "moonrl: %s\n", lua_tostring(L, -1));
+  lua_settop(L, 0);
+  mrl_cli_release_sigint();
+  return rc;
+}
+
 int main(int argc, char **argv) {
   const char *cmd = argc > 1 ? argv[1] : NULL;
   if (cmd && (!strcmp(cmd, "help") || !strcmp(cmd, "--help") || !strcmp(cmd, "-h"))) {
@@ -151,7 +179,8 @@ int main(int argc, char **argv) {
   if (cmd && !strcmp(cmd, "env")) return cmd_env();
   if (cmd && !strcmp(cmd, "serve")) return mrl_cli_serve(argc - 2, argv + 2);
 
-  bool known = !cmd || !strcmp(cmd, "run") || !strcmp(cmd, "-e") || !strcmp(cmd, "repl");
+  bool tool = cmd && (!strcmp(cmd, "report") || !strcmp(cmd, "runs"));
+  bool known = !cmd || tool || !strcmp(cmd, "run") || !strcmp(cmd, "-e") || !strcmp(cmd, "repl");
   if (!known && !is_file(cmd)) {
     fprintf(stderr, "moonrl: unknown command or file '%s'\n\n%s", cmd, usage);
     return 2;
@@ -181,6 +210,8 @@ int main(int argc, char **argv) {
     rc = run(s, argv[2], NULL, argc - 3, argv + 3);
   else if (!strcmp(cmd, "-e"))
     rc = run(s, NULL, argv[2], argc - 3, argv + 3);
+  else if (tool)
+    rc = run_tool(s, !strcmp(cmd, "report") ? "moonrl.report" : "moonrl.runs", argc - 2, argv + 2);
   else
     rc = run(s, cmd, NULL, argc - 2, argv + 2);
   fflush(stdout);

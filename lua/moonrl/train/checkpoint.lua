@@ -79,8 +79,8 @@ end
 
 -- The files a run writes in its folder, besides the checkpoint state.json names.
 local RUN_FILES = { "state.json", "metrics.jsonl", "episodes.jsonl", "curve.svg",
-  "diagnostics.svg", "reward.svg", "reward.log", "judge_cache.jsonl", "reference/config.json",
-  "reference/model.safetensors" }
+  "diagnostics.svg", "reward.svg", "report.html", "reward.log", "judge_cache.jsonl",
+  "reference/config.json", "reference/model.safetensors" }
 
 local function exists(path)
   local f = io.open(path, "r")

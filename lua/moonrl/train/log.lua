@@ -1,13 +1,15 @@
 -- moonrl.train.log: the logging stage: metrics.jsonl (one line per step), episodes.jsonl (a few
 -- episodes per step, turn by turn), curve.svg (train and held-out success), diagnostics.svg (the
 -- run's health, four panels: batch use, turns, gradient norm, seconds per phase), reward.svg
--- (each reward graph term's mean, with reward = g) and the progress line.
+-- (each reward graph term's mean, with reward = g), report.html (moonrl.report: every metric,
+-- the options, an episode browser) and the progress line.
 --
 -- The `log` option replaces the stage: a function(ctx, step, metrics, batch) called once per step
 -- (step 0 too, after SFT and the first evaluation, with batch nil) once the step's metrics are
 -- complete; ctx.state.history holds every step's metrics so far.
 local core = require "moonrl.core"
 local plot = require "moonrl.plot"
+local report = require "moonrl.report"
 
 local json = core.json
 local M = {}
@@ -146,6 +148,21 @@ function M.plot_reward(ctx)
   if not ok then error("train: " .. err, 0) end
 end
 
+-- report.html (moonrl.report) from the history in memory and episodes.jsonl (raises
+-- "train: <path>: <why>" when it cannot be written).
+function M.report(ctx)
+  local ok, err = report.write(ctx.dir, { history = ctx.state.history,
+    options = ctx.state.options or {}, sft = ctx.state.sft, name = ctx.cfg.name })
+  if not ok then error("train: " .. err, 0) end
+end
+
+-- Whether report.html is rewritten at the end of this step: at step 0, at each checkpoint step
+-- (every checkpoint_every, else eval.every, else 10 steps) and at the last step.
+local function report_due(c, step)
+  local every = c.checkpoint_every or (c.eval and c.eval.every) or 10
+  return step == 0 or step % every == 0 or step == c.steps or step == c.stop_after
+end
+
 -- The progress line (a bar on a terminal, plain lines otherwise).
 function M.progress(ctx, step, mt)
   local c = ctx.cfg
@@ -170,11 +187,13 @@ function M.progress(ctx, step, mt)
 end
 
 -- The default stage: the metrics line; for an RL step also its episodes, the progress line
--- (with progress) and the curve (unless plot = false).
+-- (with progress) and the curve (unless plot = false); report.html at step 0, each checkpoint
+-- step and the last (unless plot = false).
 function M.step(ctx, step, mt, batch)
   local c = ctx.cfg
   if batch then M.episodes(ctx, step, batch) end
   M.metrics(ctx, mt)
+  if c.plot ~= false and report_due(c, step) then M.report(ctx) end
   if step == 0 then return end
   if c.progress then M.progress(ctx, step, mt) end
   if c.plot ~= false then
