@@ -1,9 +1,10 @@
 -- profile_model.lua - the workloads that scripts/profile.sh runs under `perf record`:
---   moonrl run scripts/profile_model.lua small-train|large-decode1|large-decode16 [STEPS]
+--   moonrl run scripts/profile_model.lua small-train|small-decode16|large-decode1|large-decode16 [STEPS]
 -- Each does a warm-up, then STEPS timed steps of one kind, and prints one line
 --   profile <workload> <steps> <wall seconds per step> <CPU seconds per step>
 -- so that the sample shares of the profile can be turned into milliseconds per step.
 -- small-train     the bench's small config (d128 L4, batch 16 x 256): accumulate + AdamW step
+-- small-decode16  the small config with 16 sequences (16-token prompts): the bench's small sampling
 -- large-decode1   the bench's large config (d512 L8): one sequence, one new token per step
 -- large-decode16  the same with 16 sequences (16-token prompts), 16 new tokens per step
 local rl = require "moonrl"
@@ -56,10 +57,10 @@ if workload == "small-train" then
   local w1, c1 = rl.clock(), os.clock()
   perf("disable")
   report(steps, w1 - w0, c1 - c0)
-elseif workload == "large-decode1" or workload == "large-decode16" then
+elseif workload == "large-decode1" or workload == "large-decode16" or workload == "small-decode16" then
   -- one generate call of `steps` new tokens; the prefill of 16 prompt tokens is a few steps' worth
   steps = steps or (workload == "large-decode1" and 300 or 200)
-  local m = rl.model.new(LARGE)
+  local m = rl.model.new(workload == "small-decode16" and SMALL or LARGE)
   local B = workload == "large-decode1" and 1 or 16
   local prompts = random_batch(B, 16, 256, 7)
   m:generate { prompts = prompts, max_new_tokens = 8 }
@@ -71,6 +72,6 @@ elseif workload == "large-decode1" or workload == "large-decode16" then
   report(steps, w1 - w0, c1 - c0)
 else
   io.stderr:write("usage: moonrl run scripts/profile_model.lua " ..
-    "small-train|large-decode1|large-decode16 [STEPS]\n")
+    "small-train|small-decode16|large-decode1|large-decode16 [STEPS]\n")
   os.exit(2)
 end
