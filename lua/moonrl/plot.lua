@@ -21,7 +21,8 @@ local function esc(s)
     ['"'] = "&quot;" }))
 end
 
--- A "nice" tick step for a range.
+-- A "nice" tick step for a range (1, 2, 2.5 or 5 times a power of ten, about span / ticks);
+-- moonrl.report's plots use it too.
 local function tick_step(span, ticks)
   local raw = span / ticks
   local mag = 10 ^ math.floor(math.log(raw, 10))
@@ -160,4 +161,5 @@ function M.panels_svg(path, opts)
   return require("moonrl.core").fs.write(path, M.render_panels(opts))
 end
 
+M.tick_step = tick_step
 return M

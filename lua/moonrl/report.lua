@@ -17,6 +17,7 @@
 -- skipped; only a folder that is not there or holds no run file is an error.
 local core = require "moonrl.core"
 local argcheck = require "moonrl.argcheck"
+local tick_step = require("moonrl.plot").tick_step
 
 local json = core.json
 local M = {}
@@ -331,15 +332,6 @@ local function num(v)
   return string.format("%.4g", v)
 end
 
-local function tick_step(span)
-  local raw = span / 5
-  local mag = 10 ^ math.floor(math.log(raw, 10))
-  for _, m in ipairs { 1, 2, 2.5, 5, 10 } do
-    if raw <= m * mag then return m * mag end
-  end
-  return 10 * mag
-end
-
 -- The {step, value} points of a metric, at most MAX_POINTS (every k-th, the last kept).
 local function series_points(history, key)
   local pts = {}
@@ -382,12 +374,12 @@ local function plot_block(history, g)
   local function add(fmt, ...) o[#o + 1] = string.format(fmt, ...) end
   add('<div class="plot" data-group="%s"><h3>%s</h3>', esc(g.id), esc(g.title))
   add('<svg viewBox="0 0 %d %d" width="%d" height="%d" role="img" aria-label="%s">', W, H, W, H, esc(g.title))
-  local ys = tick_step(ymax - ymin)
+  local ys = tick_step(ymax - ymin, 5)
   for v = math.ceil(ymin / ys) * ys, ymax, ys do
     add('<line x1="%d" x2="%d" y1="%.1f" y2="%.1f" class="grid"/><text x="%d" y="%.1f" class="ty">%s</text>',
       L, W - R, Y(v), Y(v), L - 4, Y(v) + 4, num(math.abs(v) < ys * 1e-9 and 0 or v))
   end
-  local xs = math.max(1, tick_step(xmax - xmin))
+  local xs = math.max(1, tick_step(xmax - xmin, 5))
   for v = math.ceil(xmin / xs) * xs, xmax, xs do
     add('<line x1="%.1f" x2="%.1f" y1="%d" y2="%d" class="grid"/><text x="%.1f" y="%d" class="tx">%s</text>',
       X(v), X(v), T, T + ph, X(v), H - 12, num(v))
