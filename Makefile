@@ -249,8 +249,9 @@ bench: all
 	@$(MAKE) --no-print-directory $(BUILD)/bench_tensor $(BUILD)/bench_stock_blas $(BUILD)/bench_sandbox
 	@sh scripts/bench.sh $(BUILD)
 
-# profile: where a small training step and a large decode step spend their time, per phase, from
-# perf samples (PROFILE_BASELINE=/other/build adds "before" columns). Installs linux-perf.
+# profile: where training steps (small, large) and decode steps (small b16, large b1 and b16) spend
+# their time, per phase, from perf samples (PROFILE_BASELINE=/other/build adds "before" columns).
+# Installs linux-perf.
 .PHONY: profile
 profile: all
 	@sh scripts/deps.sh linux-perf

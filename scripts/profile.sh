@@ -1,12 +1,14 @@
 #!/bin/sh
-# profile.sh - `make profile`: where the time of a small training step and of a large decode step
-# (batch 1 and 16) goes, per phase, from `perf record` samples of the timed steps only (the
-# workloads of scripts/profile_model.lua open and close perf's sampling around them).
+# profile.sh - `make profile`: where the time of a training step (small and large model) and of a
+# decode step (small at batch 16, large at batch 1 and 16) goes, per phase, from `perf record`
+# samples of the timed steps only (the workloads of scripts/profile_model.lua open and close
+# perf's sampling around them).
 # Prints, per workload, wall and CPU milliseconds per step and each phase's share of the CPU
 # samples and CPU milliseconds per step; with a second build (PROFILE_BASELINE=/other/build or a
 # second argument), "before" columns from that build's moonrl on the same workloads.
-# PROFILE_WORKLOADS (default: small-train small-decode16 large-decode1 large-decode16), PROFILE_FREQ (default
-# 1999 samples/s per core). Needs perf (Debian: linux-perf) and perf_event_paranoid <= 2.
+# PROFILE_WORKLOADS (default: small-train large-train small-decode16 large-decode1
+# large-decode16), PROFILE_FREQ (default 1999 samples/s per core). Needs perf (Debian:
+# linux-perf) and perf_event_paranoid <= 2.
 # Phases are assigned from symbol names (the table in `phase_of` below); a symbol that matches no
 # rule is counted as "other" and listed under the table when it holds 1% or more.
 # usage: sh scripts/profile.sh BUILD [BASELINE_BUILD]
@@ -24,7 +26,7 @@ for b in "$BUILD" $BASE; do
 done
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-WORKLOADS=${PROFILE_WORKLOADS:-small-train small-decode16 large-decode1 large-decode16}
+WORKLOADS=${PROFILE_WORKLOADS:-small-train large-train small-decode16 large-decode1 large-decode16}
 FREQ=${PROFILE_FREQ:-1999}
 
 # phase_of MAP: reads "percent<TAB>dso<TAB>symbol" lines, prints "phase<TAB>percent" lines and, for

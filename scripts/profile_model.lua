@@ -1,9 +1,11 @@
 -- profile_model.lua - the workloads that scripts/profile.sh runs under `perf record`:
---   moonrl run scripts/profile_model.lua small-train|small-decode16|large-decode1|large-decode16 [STEPS]
+--   moonrl run scripts/profile_model.lua WORKLOAD [STEPS]
+-- WORKLOAD: small-train, large-train, small-decode16, large-decode1 or large-decode16.
 -- Each does a warm-up, then STEPS timed steps of one kind, and prints one line
 --   profile <workload> <steps> <wall seconds per step> <CPU seconds per step>
 -- so that the sample shares of the profile can be turned into milliseconds per step.
 -- small-train     the bench's small config (d128 L4, batch 16 x 256): accumulate + AdamW step
+-- large-train     the bench's large config (d512 L8, batch 8 x 256): accumulate + AdamW step
 -- small-decode16  the small config with 16 sequences (16-token prompts): the bench's small sampling
 -- large-decode1   the bench's large config (d512 L8): one sequence, one new token per step
 -- large-decode16  the same with 16 sequences (16-token prompts), 16 new tokens per step
@@ -42,10 +44,12 @@ local function report(n, wall, cpu)
   print(string.format("profile\t%s\t%d\t%.6g\t%.6g", workload, n, wall / n, cpu / n))
 end
 
-if workload == "small-train" then
-  steps = steps or 40
-  local m = rl.model.new(SMALL)
-  local opts, optim = { tokens = random_batch(16, 256, 256, 42) }, { lr = 1e-4, weight_decay = 0.1 }
+if workload == "small-train" or workload == "large-train" then
+  local large = workload == "large-train"
+  steps = steps or (large and 6 or 40)
+  local m = rl.model.new(large and LARGE or SMALL)
+  local opts = { tokens = random_batch(large and 8 or 16, 256, 256, 42) }
+  local optim = { lr = 1e-4, weight_decay = 0.1 }
   m:accumulate(opts)
   m:step(optim)
   perf("enable")
@@ -72,6 +76,6 @@ elseif workload == "large-decode1" or workload == "large-decode16" or workload =
   report(steps, w1 - w0, c1 - c0)
 else
   io.stderr:write("usage: moonrl run scripts/profile_model.lua " ..
-    "small-train|small-decode16|large-decode1|large-decode16 [STEPS]\n")
+    "small-train|large-train|small-decode16|large-decode1|large-decode16 [STEPS]\n")
   os.exit(2)
 end
