@@ -31,24 +31,7 @@ end
 
 -- One turn: reward 1 when the reply starts with a lowercase letter; such a reply is marked a
 -- tool call (info.tool_call), so the tool-call rate of a step is its success rate.
-local letter_env = {
-  name = "letter_calls",
-  max_turns = 1,
-  tasks = function(_, n)
-    local t = {}
-    for i = 1, n do t[i] = { i = i } end
-    return t
-  end,
-  new = function()
-    return {
-      reset = function() return "say a letter" end,
-      step = function(_, action)
-        local ok = action:match("^%l") ~= nil
-        return nil, ok and 1 or 0, true, { success = ok, tool_call = ok }
-      end,
-    }
-  end,
-}
+local letter_env = H.letter_env("letter_calls", true)
 
 local function model() return rl.model.new { vocab = 264, dim = 32, layers = 1, heads = 2, ffn = 64, ctx = 32, seed = 3 } end
 

@@ -67,6 +67,30 @@ function H.table_without_seconds(out, head)
   return at and (out:sub(at):gsub("%s+[%d.]+\n", "\n"):gsub("%s+[%d.]+$", "")) or nil
 end
 
+-- A one-turn environment named name (default "letter"): reward 1 and success when the reply
+-- starts with a lowercase letter; with tool_call, such a reply is also marked info.tool_call (so
+-- a step's tool-call rate is its success rate). The trainer specs' smallest learnable task.
+function H.letter_env(name, tool_call)
+  return {
+    name = name or "letter",
+    max_turns = 1,
+    tasks = function(_, n)
+      local t = {}
+      for i = 1, n do t[i] = { i = i } end
+      return t
+    end,
+    new = function()
+      return {
+        reset = function() return "say a letter" end,
+        step = function(_, action)
+          local ok = action:match("^%l") ~= nil
+          return nil, ok and 1 or 0, true, { success = ok, tool_call = tool_call and ok or nil }
+        end,
+      }
+    end,
+  }
+end
+
 -- Plays actions through a new episode of env on task (rl.env.step, until done); returns the
 -- turn records, the episode and the first observation.
 function H.play(env, task, actions)

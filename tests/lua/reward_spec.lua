@@ -75,20 +75,7 @@ local function mock_judge(reply)
 end
 
 -- A one-turn environment: reward 1 when the reply starts with a lowercase letter.
-local letter_env = {
-  name = "letter", max_turns = 1,
-  tasks = function(_, n)
-    local t = {}
-    for i = 1, n do t[i] = { i = i } end
-    return t
-  end,
-  new = function()
-    return { reset = function() return "say a letter" end, step = function(_, action)
-      local ok = action:match("^%l") ~= nil
-      return nil, ok and 1 or 0, true, { success = ok }
-    end }
-  end,
-}
+local letter_env = H.letter_env()
 local tok = rl.tokenizer.bytes()
 local function letter_run(dir, extra)
   local o = { model = rl.model.new { vocab = 264, dim = 32, layers = 1, heads = 2, ffn = 64, ctx = 32,

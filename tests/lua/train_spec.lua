@@ -13,24 +13,7 @@ local read_lines = H.read_json_lines
 
 -- One turn: the reward is 1 when the reply starts with a lowercase letter (about 10% of a
 -- fresh byte model's first tokens).
-local letter_env = {
-  name = "letter",
-  max_turns = 1,
-  tasks = function(_, n)
-    local t = {}
-    for i = 1, n do t[i] = { i = i } end
-    return t
-  end,
-  new = function()
-    return {
-      reset = function() return "say a letter" end,
-      step = function(_, action)
-        local ok = action:match("^%l") ~= nil
-        return nil, ok and 1 or 0, true, { success = ok }
-      end,
-    }
-  end,
-}
+local letter_env = H.letter_env()
 
 local function learn(lr, dir, advantage)
   local m = rl.model.new { vocab = 264, dim = 32, layers = 1, heads = 2, ffn = 64, ctx = 32, seed = 3 }
