@@ -487,7 +487,9 @@ render();
 })();
 ]]
 
+-- A share as "12.3%", or "-" for none (moonrl.runs uses it too).
 local function fmt_pct(v) return v and string.format("%.1f%%", 100 * v) or "-" end
+M.percent = fmt_pct
 
 -- report.seconds(s) -> "1 h 02 min", "2 min 19 s", "35 s", or "-".
 function M.duration(s)

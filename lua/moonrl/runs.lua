@@ -13,7 +13,7 @@ local report = require "moonrl.report"
 
 local M = {}
 
-local function pct(v) return v and string.format("%.1f%%", 100 * v) or "-" end
+local pct = report.percent
 
 -- The row of one run folder (report.read's figures), or nil when dir is not a run.
 local function row(dir, name)
