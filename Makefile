@@ -18,7 +18,10 @@
 
 PREFIX     ?= /usr/local
 DESTDIR    ?=
-BUILD      ?= build
+# MPI=1: the build with the MPI backend of mrl_comm (Open MPI or MPICH through pkg-config mpi-c),
+# in its own folder; the default build links no MPI
+MPI        ?= 0
+BUILD      ?= $(if $(filter 1,$(MPI)),build-mpi,build)
 CC         ?= cc
 SANITIZE   ?=
 
@@ -52,7 +55,7 @@ CFLAGS_BASE := -std=c11 -O2 -g -Wall -Wextra -Werror -fPIC -fvisibility=hidden \
 # include paths, so an include that breaks a rule does not compile; scripts/check_layers.sh checks
 # the same rules on the source text (relative paths included) as part of make test. Only lua/
 # sees lua.h. gen/ holds generated tables (scripts/gen_unicode_tables.py).
-LAYERS          := base tensor model tokenizer gen rollout objective sandbox http serve lua
+LAYERS          := base tensor model tokenizer gen rollout objective sandbox http serve comm lua
 LAYER_base      :=
 LAYER_tensor    := base
 LAYER_model     := base tensor
@@ -63,9 +66,10 @@ LAYER_objective := base
 LAYER_sandbox   := base
 LAYER_http      := base
 LAYER_serve     := base
-LAYER_lua       := base tensor model tokenizer gen rollout objective sandbox http
+LAYER_comm      := base
+LAYER_lua       := base tensor model tokenizer gen rollout objective sandbox http comm
 layer_inc = -Iengine/include -Iengine/src/$(1) $(foreach d,$(LAYER_$(1)),-Iengine/src/$(d)) \
-            $(if $(filter lua,$(1)),-I$(BUILD)/gen $(LUA_CFLAGS))
+            $(if $(filter lua,$(1)),-I$(BUILD)/gen $(LUA_CFLAGS)) $(if $(filter comm,$(1)),$(MPI_CFLAGS))
 comma := ,
 empty :=
 space := $(empty) $(empty)
@@ -78,6 +82,10 @@ endif
 CFLAGS      ?=
 ALL_CFLAGS  := $(CFLAGS_BASE) $(SANFLAGS) $(CFLAGS)
 LDLIBS_CORE := -lm -ldl -lpthread -lseccomp -lcurl -lmicrohttpd
+ifeq ($(MPI),1)
+MPI_CFLAGS  := -DMRL_WITH_MPI $(shell $(PKG_CONFIG) --cflags mpi-c)
+LDLIBS_CORE += $(shell $(PKG_CONFIG) --libs mpi-c)
+endif
 
 # engine core (every layer but lua/: libmoonrl-core, no Lua), the Lua binding (lua/lua_*.c), and
 # what only the library and the command need (scripts, embedded Lua modules)
@@ -232,9 +240,17 @@ COMPAT_OPENAI := compat/node_modules/openai/package.json
 # node; the rockspec's test (tests/rock_test.sh) runs Debian's luarocks. Both only for the tests.
 TEST_PACKAGES := chromium luarocks
 
+# The data-parallel tests (tests/lua/mpi_spec.lua) run the MPI build's moonrl ($(BUILD)-mpi)
+# under mpirun; Open MPI is installed for them when it can be, and without it they are skipped.
+MPI_PACKAGES := openmpi-bin libopenmpi-dev
+
 test: all $(BUILD)/$(QWEN3_JSON) $(BUILD)/$(COMPAT_OPENAI)
 	@sh scripts/deps.sh $(TEST_PACKAGES)
-	@MOONRL_LAYER_RULES='$(LAYER_RULES)' sh scripts/run_tests.sh $(BUILD)
+	@sh scripts/deps.sh $(MPI_PACKAGES) || echo "make test: Open MPI is missing: the MPI tests are skipped"
+	@if $(PKG_CONFIG) --exists mpi-c && command -v mpirun >/dev/null; then \
+	  $(MAKE) --no-print-directory MPI=1 BUILD=$(BUILD)-mpi $(BUILD)-mpi/moonrl; fi
+	@MOONRL_MPI_BUILD=$$(test -x $(BUILD)-mpi/moonrl && cd $(BUILD)-mpi && pwd) \
+	  MOONRL_LAYER_RULES='$(LAYER_RULES)' sh scripts/run_tests.sh $(BUILD)
 
 asan: deps build-asan/$(QWEN3_JSON) build-asan/$(COMPAT_OPENAI)
 	@sh scripts/deps.sh $(TEST_PACKAGES)
@@ -248,6 +264,14 @@ bench: all
 	@sh scripts/deps.sh bubblewrap
 	@$(MAKE) --no-print-directory $(BUILD)/bench_tensor $(BUILD)/bench_stock_blas $(BUILD)/bench_sandbox
 	@sh scripts/bench.sh $(BUILD)
+
+# bench-dp: data-parallel training on 1 and 2 ranks under mpirun (the MPI build, $(BUILD)-mpi):
+# steps/s and the collectives' share of a step (installs Open MPI)
+.PHONY: bench-dp
+bench-dp: all
+	@sh scripts/deps.sh $(MPI_PACKAGES)
+	@$(MAKE) --no-print-directory MPI=1 BUILD=$(BUILD)-mpi $(BUILD)-mpi/moonrl
+	@sh scripts/bench_dp.sh $(BUILD)-mpi
 
 # profile: where training steps (small, large) and decode steps (small b16, large b1 and b16) spend
 # their time, per phase, from perf samples (PROFILE_BASELINE=/other/build adds "before" columns).

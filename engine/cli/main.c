@@ -33,6 +33,9 @@ static const char usage[] =
     "\n"
     "`moonrl FILE` runs FILE like `moonrl run FILE`. With no arguments, moonrl starts the REPL\n"
     "when standard input is a terminal and otherwise runs standard input as a script.\n"
+    "A build with MPI (make MPI=1) runs data-parallel under mpirun -np N or srun: only rank 0\n"
+    "writes to standard output (MOONRL_RANK_STDOUT=all: every rank), and a failure on one rank\n"
+    "ends the whole job.\n"
     "Inside scripts: local rl = require \"moonrl\"\n";
 
 /* ---- Ctrl-C while Lua code runs ---- */
@@ -114,8 +117,8 @@ static int cmd_version(void) {
   const char *core, *config, *source;
   int threads;
   mrl_blas_info(&core, &threads, &config, &source);
-  printf("moonrl %s (%s; OpenBLAS core %s chosen by %s, %d thread%s)\n", mrl_version(),
-         LUA_RELEASE, core, source, threads, threads == 1 ? "" : "s");
+  printf("moonrl %s (%s; OpenBLAS core %s chosen by %s, %d thread%s; comm: %s)\n", mrl_version(),
+         LUA_RELEASE, core, source, threads, threads == 1 ? "" : "s", mrl_comm_backends());
   return 0;
 }
 
@@ -201,6 +204,21 @@ int main(int argc, char **argv) {
     mrl_engine_free(e);
     return 1;
   }
+  /* A build with MPI joins the MPI world before any script runs (as a singleton without
+   * mpirun): ranks other than 0 keep quiet on standard output unless asked, so that a recipe's
+   * progress and tables are printed once. */
+  mrl_comm *comm = NULL;
+  if (strstr(mrl_comm_backends(), "mpi") && !tool) {
+    if (mrl_comm_new(e, &comm) != MRL_OK) {
+      fprintf(stderr, "moonrl: %s\n", mrl_engine_last_error(e));
+      mrl_script_free(s);
+      mrl_engine_free(e);
+      return 1;
+    }
+    const char *all = getenv("MOONRL_RANK_STDOUT");
+    if (mrl_comm_rank(comm) > 0 && !(all && !strcmp(all, "all")) && !freopen("/dev/null", "w", stdout))
+      fprintf(stderr, "moonrl: rank %d: cannot silence standard output\n", mrl_comm_rank(comm));
+  }
   int rc;
   if (!cmd)
     rc = isatty(STDIN_FILENO) ? mrl_cli_repl(s) : run(s, NULL, NULL, 0, NULL);
@@ -215,7 +233,9 @@ int main(int argc, char **argv) {
   else
     rc = run(s, cmd, NULL, argc - 2, argv + 2);
   fflush(stdout);
+  if (rc != 0) mrl_comm_abort(rc); /* the other ranks would wait for this one for ever */
   mrl_script_free(s);
+  mrl_comm_free(comm);
   mrl_engine_free(e);
   return rc;
 }

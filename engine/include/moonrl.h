@@ -1881,6 +1881,44 @@ MRL_API int mrl_server_port(const mrl_server *s);
  * frees the server with its model and tokenizer. NULL is a no-op. */
 MRL_API void mrl_server_stop(mrl_server *s);
 
+/* ---- data-parallel communication (mrl_comm) ------------------------------------------------
+ * The ranks of a data-parallel job and the few collectives training needs. Two backends:
+ * "self" (a group of one: rank 0, size 1, every collective a copy or nothing; always built) and
+ * "mpi" (MPI_COMM_WORLD; only in a build with MPI, `make MPI=1`: started by mpirun or srun, or
+ * alone as a singleton of size 1). Every rank must call the collectives in the same order with
+ * the same lengths; they return when all ranks have taken part. Sums are in place and the same
+ * bits land on every rank. The first handle initialises MPI (thread level FUNNELED: call these
+ * from the thread that made the handle) unless the program already did; the last mrl_comm_free
+ * finalises it, after which MPI cannot start again in this process (mrl_comm_new then fails
+ * with MRL_ERR_UNSUPPORTED). */
+typedef struct mrl_comm mrl_comm;
+/* The backends compiled in: "self" or "self mpi" (static string). */
+MRL_API const char *mrl_comm_backends(void);
+/* The process's communicator: the MPI world in an MPI build, else a group of one. Retains e.
+ * *out: caller owns, mrl_comm_free. */
+MRL_API mrl_status mrl_comm_new(mrl_engine *e, mrl_comm **out);
+MRL_API void mrl_comm_free(mrl_comm *c);
+/* Rank (0-based) and size of the group; -1 for NULL. Backend: "self" or "mpi" (static). */
+MRL_API int mrl_comm_rank(const mrl_comm *c);
+MRL_API int mrl_comm_size(const mrl_comm *c);
+MRL_API const char *mrl_comm_backend(const mrl_comm *c);
+/* data[0..n) = the element-wise sum of every rank's data[0..n) (in pieces of 4 MB). */
+MRL_API mrl_status mrl_comm_allreduce_f32(mrl_comm *c, float *data, int64_t n);
+MRL_API mrl_status mrl_comm_allreduce_f64(mrl_comm *c, double *data, int64_t n);
+/* data[0..bytes) of rank root, copied to every rank. */
+MRL_API mrl_status mrl_comm_bcast(mrl_comm *c, void *data, int64_t bytes, int root);
+/* recv[r * bytes ..] = rank r's send[0..bytes), for every rank r (recv: size x bytes). */
+MRL_API mrl_status mrl_comm_allgather(mrl_comm *c, const void *send, int64_t bytes, void *recv);
+/* Variable lengths: rank r sends counts[r] bytes (every rank passes the same counts, e.g. from
+ * mrl_comm_allgather of the lengths); recv holds them in rank order, back to back. */
+MRL_API mrl_status mrl_comm_allgatherv(mrl_comm *c, const void *send, const int64_t *counts,
+                                       void *recv);
+MRL_API mrl_status mrl_comm_barrier(mrl_comm *c);
+/* For a command that failed on one rank: ends the whole MPI job with exit status code (the
+ * other ranks would wait in their next collective for ever). Does nothing without a running
+ * MPI world of more than one rank. */
+MRL_API void mrl_comm_abort(int code);
+
 /* ---- scripts (Lua 5.4) -------------------------------------------------------------------
  * A Lua 5.4 state with the standard libraries, `require "moonrl"` available, and the engine's
  * tensors shared with C without copying. Errors (syntax or runtime) return MRL_ERR_LUA with the

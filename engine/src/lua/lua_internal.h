@@ -66,6 +66,9 @@ void mrl__lua_open_sandbox(lua_State *L);
 mrl_sandbox *mrl__lua_test_pool(lua_State *L, int idx);
 mrl_sandbox *mrl__lua_default_pool(lua_State *L);
 int mrl__lua_sandbox_lua(lua_State *L); /* lua_sandbox_lua.c: rl.sandbox.lua{...} */
+void mrl__lua_open_comm(lua_State *L); /* lua_comm.c: pushes the `comm` table (core.comm) */
+/* The state's communicator (made on first use; raises when it cannot be). */
+mrl_comm *mrl__lua_comm(lua_State *L);
 void mrl__lua_open_http(lua_State *L); /* lua_http.c: pushes the `http` table (core.http) */
 /* The tokenizer at idx, or NULL when it is not a (live) rl.tokenizer. */
 mrl_tokenizer *mrl__lua_test_tokenizer(lua_State *L, int idx);

@@ -891,6 +891,67 @@ static int m_tostring(lua_State *L) {
   return 1;
 }
 
+/* ---- data parallelism (core.comm) ---- */
+
+/* m:broadcast([root = 0]): the weights, and the AdamW moments and step where root has them, of
+ * rank root copied into m on every rank (initial weights of a data-parallel run). Every rank's
+ * model must have root's configuration; a rank whose optimizer state differs from root's in
+ * being allocated gets root's. */
+static int m_broadcast(lua_State *L) {
+  mrl_model *m = check_model(L, 1);
+  mrl_comm *c = mrl__lua_comm(L);
+  lua_Integer root = luaL_optinteger(L, 2, 0);
+  if (root < 0 || root >= mrl_comm_size(c))
+    return luaL_argerror(L, 2, lua_pushfstring(L, "root: a rank in 0..%d expected", mrl_comm_size(c) - 1));
+  /* what root has: numel and whether its moments exist, checked on every rank first */
+  double head[3] = {(double)m->numel, m->adam_m ? 1.0 : 0.0, (double)m->adam_step};
+  mrl_status st = mrl_comm_bcast(c, head, sizeof head, (int)root);
+  if (st) return mrl__lua_raise(L, m->engine, st, 0);
+  if (head[0] != (double)m->numel)
+    return luaL_error(L, "broadcast: this rank's model has %I parameters, rank %d's %I",
+                      (lua_Integer)m->numel, (int)root, (lua_Integer)head[0]);
+  if (head[1] != 0.0 && !m->adam_m && (st = mrl__model_alloc_adam(m, "broadcast")))
+    return raise_model(L, m, st, 0);
+  if ((st = mrl_comm_bcast(c, m->weights, m->numel * (int64_t)sizeof(float), (int)root)))
+    return mrl__lua_raise(L, m->engine, st, 0);
+  if (head[1] != 0.0) {
+    if ((st = mrl_comm_bcast(c, m->adam_m, m->numel * (int64_t)sizeof(float), (int)root)) ||
+        (st = mrl_comm_bcast(c, m->adam_v, m->numel * (int64_t)sizeof(float), (int)root)))
+      return mrl__lua_raise(L, m->engine, st, 0);
+    m->adam_step = (int64_t)head[2];
+  }
+  if (m->act) m->act->valid = false; /* the weights may have changed under the last forward */
+  if (m->decode_bf16) mrl__model_refresh_bf16(m);
+  return 0;
+}
+
+/* m:allreduce_grads(): the gradients summed over the ranks, in place (before m:step). */
+static int m_allreduce_grads(lua_State *L) {
+  mrl_model *m = check_model(L, 1);
+  mrl_status st = mrl_comm_allreduce_f32(mrl__lua_comm(L), m->grads, m->numel);
+  if (st) return mrl__lua_raise(L, m->engine, st, 0);
+  return 0;
+}
+
+/* m:digest() -> 16 hex digits: FNV-1a over the bytes of the weights, then the AdamW moments and
+ * step when they exist. Equal digests on two ranks mean bit-identical replicas. */
+static int m_digest(lua_State *L) {
+  mrl_model *m = check_model(L, 1);
+  uint64_t h = 0xcbf29ce484222325ULL;
+  const float *bufs[3] = {m->weights, m->adam_m, m->adam_v};
+  for (int k = 0; k < 3; k++) {
+    if (!bufs[k]) continue;
+    const unsigned char *p = (const unsigned char *)bufs[k];
+    for (int64_t i = 0; i < m->numel * (int64_t)sizeof(float); i++) h = (h ^ p[i]) * 0x100000001b3ULL;
+  }
+  int64_t step = m->adam_m ? m->adam_step : -1;
+  for (int i = 0; i < 8; i++) h = (h ^ (unsigned char)(step >> (8 * i))) * 0x100000001b3ULL;
+  char hex[17];
+  snprintf(hex, sizeof hex, "%016llx", (unsigned long long)h);
+  lua_pushstring(L, hex);
+  return 1;
+}
+
 static const luaL_Reg model_methods[] = {
     {"save", m_save},           {"config", m_config},       {"logits", m_logits},
     {"logprobs", m_logprobs},   {"accumulate", m_accumulate}, {"step", m_step},
@@ -899,6 +960,7 @@ static const luaL_Reg model_methods[] = {
     {"load_checkpoint", m_load_checkpoint}, {"forward_batch", m_forward_batch},
     {"backward_batch", m_backward_batch}, {"clone", m_clone},
     {"reset_optimizer", m_reset_optimizer}, {"decode_bf16", m_decode_bf16},
+    {"broadcast", m_broadcast}, {"allreduce_grads", m_allreduce_grads}, {"digest", m_digest},
     {"free", m_free}, {NULL, NULL}};
 
 static const luaL_Reg model_meta[] = {

@@ -407,6 +407,8 @@ int mrl__lua_open_core(lua_State *L) {
   lua_setfield(L, -2, "sandbox");
   mrl__lua_open_http(L);
   lua_setfield(L, -2, "http");
+  mrl__lua_open_comm(L);
+  lua_setfield(L, -2, "comm");
   open_rng(L);
   open_fs(L);
   mrl__lua_open_tokenizer(L);

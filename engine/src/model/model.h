@@ -234,6 +234,8 @@ void mrl__project(mrl_model *m, bool apart, bool bf16, float *y, int64_t ldy, co
 uint16_t mrl__bf16_round(float f);
 /* m->decode_bf16 = the weights rounded to bfloat16 (nothing without a copy) */
 void mrl__model_refresh_bf16(mrl_model *m);
+/* Allocates the AdamW moments (zeros) unless they exist; fails naming fn. */
+mrl_status mrl__model_alloc_adam(mrl_model *m, const char *fn);
 
 /* A view of one parameter's block of a flat buffer (weights_t, grads_t, ...), shaped as the
  * parameter. *out: caller owns. */

@@ -211,6 +211,20 @@ mrl_status mrl_model_clip_grad(mrl_model *m, double max_norm, double *norm) {
   return MRL_OK;
 }
 
+mrl_status mrl__model_alloc_adam(mrl_model *m, const char *fn) {
+  if (m->adam_m) return MRL_OK;
+  mrl_status st;
+  if ((st = mrl__tensor_alloc(m->engine, fn, 1, &m->numel, &m->adam_m_t))) return st;
+  if ((st = mrl__tensor_alloc(m->engine, fn, 1, &m->numel, &m->adam_v_t))) {
+    mrl_tensor_free(m->adam_m_t);
+    m->adam_m_t = NULL;
+    return st;
+  }
+  m->adam_m = m->adam_m_t->data;
+  m->adam_v = m->adam_v_t->data;
+  return MRL_OK;
+}
+
 mrl_status mrl_model_adamw_step(mrl_model *m, const mrl_adamw *opt) {
   const char *fn = "mrl_model_adamw_step";
   if (!m) return MRL_ERR_NULL;
@@ -220,17 +234,8 @@ mrl_status mrl_model_adamw_step(mrl_model *m, const mrl_adamw *opt) {
       !(opt->weight_decay >= 0.0f))
     return mrl__fail(m->engine, MRL_ERR_INVALID, fn,
                      "need lr >= 0, 0 <= beta1, beta2 < 1, eps > 0, weight_decay >= 0");
-  if (!m->adam_m) {
-    mrl_status st;
-    if ((st = mrl__tensor_alloc(m->engine, fn, 1, &m->numel, &m->adam_m_t))) return st;
-    if ((st = mrl__tensor_alloc(m->engine, fn, 1, &m->numel, &m->adam_v_t))) {
-      mrl_tensor_free(m->adam_m_t);
-      m->adam_m_t = NULL;
-      return st;
-    }
-    m->adam_m = m->adam_m_t->data;
-    m->adam_v = m->adam_v_t->data;
-  }
+  mrl_status st = mrl__model_alloc_adam(m, fn);
+  if (st) return st;
   m->adam_step++;
   double t = (double)m->adam_step;
   float bc1 = (float)(1.0 - pow(opt->beta1, t)), bc2 = (float)(1.0 - pow(opt->beta2, t));

@@ -137,19 +137,22 @@ local diagnostics = require "moonrl.train.diagnostics"
 local teacher = require "moonrl.train.teacher"
 local paired = require "moonrl.train.paired"
 local window = require "moonrl.train.window"
+local dist = require "moonrl.train.dist"
 
 local M = {
   options = options, seed = seedlib, tasks = tasks, rollout = rollout, reward = reward,
   advantage = advantage, critic = critic, update = update, eval = eval, log = log,
   checkpoint = checkpoint, warmstart = warmstart, correction = correction, replay = replay,
-  teacher = teacher, paired = paired, window = window, diagnostics = diagnostics, mix = seedlib.mix, oracle_examples = warmstart.oracle_examples,
+  teacher = teacher, paired = paired, window = window, diagnostics = diagnostics, dist = dist,
+  mix = seedlib.mix, oracle_examples = warmstart.oracle_examples,
   evaluate = eval.run,
 }
 
 -- The stage functions of a configuration: the recipe's where it gave one, else the defaults.
+-- With several ranks only rank 0 logs and saves (moonrl.train.dist); every rank loads.
 local function stages(c)
   local graph = advantage.graph_of(c)
-  return {
+  local s = {
     rollout = c.rollout or rollout.run,
     reward = graph and reward.graph_stage or c.reward or reward.run,
     update = c.update or update.run,
@@ -157,6 +160,11 @@ local function stages(c)
     log = c.log or log.step,
     checkpoint = c.checkpoint or { save = checkpoint.save, load = checkpoint.load },
   }
+  if not dist.lead() then
+    s.log = function() end
+    s.checkpoint = { save = function() end, load = s.checkpoint.load }
+  end
+  return s
 end
 
 local function needs_reference(c) return c.kl_coef ~= 0 or c.kl_reward_coef ~= 0 or c.reference end
@@ -182,7 +190,9 @@ local function context(c)
     capacity = c.capacity or m:config().ctx }
   if advantage.estimator(c).critic then ctx.value = critic.new(m:config().dim) end
   ctx.graph = advantage.graph_of(c)
-  if ctx.graph then ctx.graph:use_dir(ctx.dir) end -- its judges' cache = true: judge_cache.jsonl
+  if ctx.graph then -- its judges' cache = true: judge_cache.jsonl (rank 0's; the others' in memory)
+    ctx.graph:use_dir(dist.lead() and ctx.dir or nil)
+  end
   return ctx
 end
 
@@ -221,17 +231,19 @@ local function start_fresh(ctx)
   local c = ctx.cfg
   local why = refusal(c, ctx.dir) -- (a checkpoint stage of the recipe's found nothing to resume)
   if why then error(why, 0) end
-  if c.overwrite then checkpoint.clear(ctx.dir) end
+  dist.barrier() -- every rank has looked at the folder before rank 0 changes it
+  if c.overwrite and dist.lead() then checkpoint.clear(ctx.dir) end
   if ctx.graph then ctx.graph:reset() end -- a graph used by an earlier run starts anew
   if c.synth then c.synth:reset() end
   ctx.state = { history = {}, step = 0, options = options.record(c) }
   if c.sft then ctx.state.sft = warmstart.run(ctx) end
   if c.teacher then teacher.init(ctx) end -- TT-OPD: the teacher is the policy after SFT
   if c.remote and c.remote.push_weights then rollout.push_weights(ctx) end -- (the eval's policy)
-  if needs_reference(c) then
+  if needs_reference(c) and dist.lead() then
     local ok, err = ctx.model:save(ctx.dir .. "/reference")
     if not ok then error("train: reference: " .. err, 0) end
   end
+  dist.barrier() -- (the other ranks load the reference rank 0 wrote)
   local first = { step = 0 }
   if c.eval then
     for k, v in pairs(ctx.stages.evaluate(ctx, 0)) do first["eval/" .. k] = v end
@@ -293,6 +305,7 @@ local function step_once(ctx, step)
     end
     mt["time/reward"] = core.clock() - t_rew
     for k, v in pairs(terms) do mt["reward/" .. k] = v end
+    if dist.size() > 1 then dist.check_same(reward.fingerprint(batch), "the step's rewards") end
     if c.kl_reward_coef ~= 0 then mt["reward/kl_penalty"] = -reward.kl_penalty(ctx, batch) end
     for k, v in pairs(tasks.update(ctx, step, batch, info.rejected) or {}) do mt[k] = v end
     local st = batch:stats()
@@ -386,6 +399,7 @@ local function step_once(ctx, step)
     end
   end
   mt["time/tasks"] = tasks.seconds(ctx)
+  if dist.size() > 1 then mt["time/comm"] = dist.take_seconds() end -- (in the other times too)
   mt["time/step"] = core.clock() - t0
   return mt, batch
 end
@@ -410,6 +424,7 @@ local function train(opts)
     if why then error(why, 2) end
   end
   local ctx = context(c)
+  if dist.size() > 1 then ctx.model:broadcast(0) end -- every rank starts from rank 0's weights
   local state = c.resume and ctx.stages.checkpoint.load(ctx) or nil
   if state then
     if type(state) ~= "table" or math.type(state.step) ~= "integer" or type(state.history) ~= "table" then
@@ -424,6 +439,7 @@ local function train(opts)
     if c.replay and state.replay ~= nil then c.replay.buffer:load(state.replay) end
     if ctx.graph and state.reward ~= nil then ctx.graph:load(state.reward) end
     if c.synth and state.synth ~= nil then c.synth:load(state.synth) end
+    dist.check_replicas(ctx.model, "after resuming (is the run folder on a file system every rank sees?)")
     if c.remote and c.remote.push_weights then rollout.push_weights(ctx) end
   else
     start_fresh(ctx)
@@ -442,6 +458,7 @@ local function train(opts)
     if c.on_step then c.on_step(step, mt) end
     local every = c.checkpoint_every or (c.eval and c.eval.every) or 10
     if step % every == 0 or step == c.steps or step == c.stop_after then
+      dist.check_replicas(ctx.model, "at step " .. step)
       gather_state(ctx)
       ctx.stages.checkpoint.save(ctx, step)
     end

@@ -9,6 +9,7 @@
 -- replacement used with advantage = "gdpo" sets those too).
 local core = require "moonrl.core"
 local score = require "moonrl.train.score"
+local dist = require "moonrl.train.dist"
 
 local M = {}
 
@@ -118,7 +119,7 @@ function M.boundary(ctx, step)
     and string.format("step %d: %s reloaded: version %d\n", step, g.source.path, entry.version)
     or string.format("step %d: %s refused, version %d kept: %s\n", step, g.source.path, entry.version,
       tostring(entry.why))
-  local f = io.open(ctx.dir .. "/reward.log", "a")
+  local f = dist.lead() and io.open(ctx.dir .. "/reward.log", "a")
   if f then
     f:write(line)
     f:close()
@@ -144,6 +145,18 @@ function M.kl_penalty(ctx, batch)
     total = total + ep.kl_penalty
   end
   return total / batch:size()
+end
+
+-- A text that changes with any episode's reward, per-turn rewards or reward status: ranks of a
+-- data-parallel run compare theirs each step (a judge or reward function that answers
+-- differently on different ranks would otherwise make the replicas drift apart unseen).
+function M.fingerprint(batch)
+  local out = {}
+  for i, ep in ipairs(batch.episodes) do
+    out[#out + 1] = string.format("%d:%q:%s:", i, ep.reward, tostring(ep.reward_status))
+    for _, r in ipairs(ep.rewards or {}) do out[#out + 1] = string.format("%q,", r) end
+  end
+  return table.concat(out)
 end
 
 return M

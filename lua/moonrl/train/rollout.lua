@@ -31,6 +31,7 @@ local remote = require "moonrl.remote"
 local diagnostics = require "moonrl.train.diagnostics"
 local score = require "moonrl.train.score"
 local argcheck = require "moonrl.argcheck"
+local dist = require "moonrl.train.dist"
 
 local mix = seedlib.mix
 local M = {}
@@ -111,6 +112,32 @@ local function run_remote(ctx, req, list, seeds, groups, max_turns)
     system = c.system or c.env.system, capacity = c.capacity or ctx.model:config().ctx,
   }
 end
+
+-- With several ranks (moonrl.train.dist): one run's groups shared out, each rank rolling out its
+-- own with the seeds one process would give them, and every rank gathering the whole batch, in
+-- one process's order.
+local function sharded(run)
+  return function(ctx, req, list, seeds, groups, max_turns)
+    if dist.size() == 1 then return run(ctx, req, list, seeds, groups, max_turns) end
+    local starts = {} -- where each group's episodes begin in list (they are consecutive)
+    for i = 1, #list do
+      if i == 1 or groups[i] ~= groups[i - 1] then starts[#starts + 1] = i end
+    end
+    local a, b = dist.share(#starts)
+    local mine
+    if a <= b then
+      local l, s, g = {}, {}, {}
+      for i = starts[a], (starts[b + 1] or #list + 1) - 1 do
+        l[#l + 1], s[#s + 1], g[#g + 1] = list[i], seeds[i], groups[i]
+      end
+      mine = run(ctx, req, l, s, g, max_turns)
+    else
+      mine = dist.empty_batch()
+    end
+    return dist.gather_batch(mine, diagnostics.add_gate)
+  end
+end
+run_once, run_remote = sharded(run_once), sharded(run_remote)
 
 -- The default stage: the engine's batched multi-turn rollout (ctx.ro), or with the remote
 -- option the endpoint's (rl.remote.rollout, no tree). With req.tree, repeats /
@@ -202,11 +229,25 @@ function M.forced(c)
   end
 end
 
+local push_all -- (below)
+
 -- remote = {push_weights = true}: the policy's weights as a checkpoint (ctx.dir/served.bin)
 -- posted as bytes to each endpoint's /v1/load_weights, so that they sample from them next.
 -- Returns the policy_version the (first) endpoint reports; raises when a push fails (its
 -- episodes would come from stale weights).
 function M.push_weights(ctx)
+  -- with several ranks rank 0 pushes and the others wait for it (their next rollouts must see
+  -- the new weights); they return nil
+  if not dist.lead() then
+    dist.barrier()
+    return nil
+  end
+  local version = push_all(ctx)
+  dist.barrier()
+  return version
+end
+
+function push_all(ctx)
   local path = ctx.dir .. "/served.bin"
   local ok, err = ctx.model:save_checkpoint(path)
   if not ok then error("train: remote: push_weights: " .. tostring(err), 0) end

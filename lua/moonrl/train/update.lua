@@ -17,6 +17,7 @@ local score = require "moonrl.train.score"
 local seedlib = require "moonrl.train.seed"
 local correction = require "moonrl.train.correction"
 local teacher = require "moonrl.train.teacher"
+local dist = require "moonrl.train.dist"
 
 local mix = seedlib.mix
 local M = {}
@@ -44,14 +45,31 @@ function M.run(ctx, batch, adv, step)
   local tt = ctx.teacher and teacher.prepare(ctx, batch) -- TT-OPD: the teacher's log-probs
   if tt then acc.teacher_kl = 0 end
   local updates, norm_max = 0, 0
+  local ranks = dist.size()
   local rollout_acc = {} -- bypass mode: the rollout correction's stats, summed
   for epoch = 1, c.epochs do
     local order = sftlib.shuffled(n, mix(c.seed, step, epoch))
     for a = 1, n, c.minibatch do
       local eps = {}
       for j = a, math.min(n, a + c.minibatch - 1) do eps[#eps + 1] = order[j] end
-      local logp, ent, values = m:forward_batch { tokens = batch.tokens, mask = batch.mask,
-        offsets = batch.offsets, episodes = eps, value = head }
+      -- with several ranks each scores its share of the minibatch and the scores are summed, so
+      -- that every rank computes the whole minibatch's loss (moonrl.train.dist)
+      local own = eps
+      if ranks > 1 then own = dist.part(eps) end
+      local logp, ent, values
+      if #own > 0 then
+        logp, ent, values = m:forward_batch { tokens = batch.tokens, mask = batch.mask,
+          offsets = batch.offsets, episodes = own, value = head }
+      else
+        local total = math.max(batch.offsets[n + 1], 1)
+        logp, ent = core.tensor.zeros(total), core.tensor.zeros(total)
+        values = head and core.tensor.zeros(total) or nil
+      end
+      if ranks > 1 then
+        dist.sum(logp)
+        dist.sum(ent)
+        if values then dist.sum(values) end
+      end
       local kind, is_weights, mask = c.loss, batch.is_weights, batch.mask
       if bypass then
         local st
@@ -80,9 +98,21 @@ function M.run(ctx, batch, adv, step)
         stats.value_loss, stats.value_clipfrac = vstats.loss, vstats.clipfrac
       end
       if tt then teacher.add_loss(ctx, tt, batch, logp, eps, dlogp, stats) end
-      local dw, db = m:backward_batch { tokens = batch.tokens, mask = batch.mask,
-        offsets = batch.offsets, episodes = eps, dlogprobs = dlogp, dentropy = dent,
-        value = head, dvalues = dvalues }
+      local dw, db
+      if #own > 0 then
+        dw, db = m:backward_batch { tokens = batch.tokens, mask = batch.mask,
+          offsets = batch.offsets, episodes = own, dlogprobs = dlogp, dentropy = dent,
+          value = head, dvalues = dvalues }
+      elseif head then
+        dw, db = core.tensor.zeros(m:config().dim), 0
+      end
+      if ranks > 1 then
+        dist.sum_gradients(m)
+        if head then
+          dist.sum(dw)
+          db = dist.sum_number(db)
+        end
+      end
       local norm = m:step { lr = lr, weight_decay = c.weight_decay, beta1 = c.beta1,
         beta2 = c.beta2, clip = c.clip_grad }
       if head then critic.step(c, head, dw, db, c.value_lr or lr) end
