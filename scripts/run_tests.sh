@@ -24,6 +24,7 @@ fi
 
 passed=0
 failed=0
+skipped=0
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 
@@ -35,7 +36,9 @@ run_suite() {
   out="$tmp/out"
   "$@" >"$out" 2>&1 </dev/null
   rc=$?
-  p=$(grep -c '^ok ' "$out")
+  # (busted's pending tests are "ok N - # SKIP reason": skipped, not passed)
+  k=$(grep -c '^ok .*# SKIP' "$out")
+  p=$(($(grep -c '^ok ' "$out") - k))
   f=$(grep -c '^not ok ' "$out")
   if [ "$rc" -ne 0 ] && [ "$f" -eq 0 ]; then
     f=1
@@ -46,8 +49,14 @@ run_suite() {
     awk '/^not ok /{show=1; print; next} /^ok /{show=0} show && /^#/{print}' "$out"
     grep -E 'ERROR: (Address|Leak|Undefined)Sanitizer|runtime error:' "$out" | head -n 20
   fi
-  printf '%-28s %4d passed, %d failed\n' "$name" "$p" "$f"
+  if [ "$k" -gt 0 ]; then
+    printf '%-28s %4d passed, %d failed, %d skipped:\n' "$name" "$p" "$f" "$k"
+    grep -o '# SKIP.*' "$out" | sed 's/^# SKIP [^ ]*: /    /' | sort | uniq -c
+  else
+    printf '%-28s %4d passed, %d failed\n' "$name" "$p" "$f"
+  fi
   passed=$((passed + p))
+  skipped=$((skipped + k))
   failed=$((failed + f))
 }
 
@@ -62,5 +71,6 @@ run_suite "browser: tests/report" node --test --test-reporter=tap tests/report/r
 run_suite "install + embedding" sh tests/install_test.sh "$BUILD" "$MODE"
 run_suite "luarocks make" sh tests/rock_test.sh "$BUILD" "$MODE"
 
+[ "$skipped" -gt 0 ] && echo "($skipped skipped: see above)"
 echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ]

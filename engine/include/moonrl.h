@@ -99,8 +99,8 @@ MRL_API size_t mrl_engine_memory_peak(const mrl_engine *e);
 
 /* Threads the engine's own work runs on: the calling thread plus threads - 1 workers, which
  * compute attention (per sequence and head, in the model's forward and backward passes and in
- * KV-cache appends), SwiGLU (per block of rows) and sampling (per slot). 0 means the online
- * cores, the default. The workers start when a call first needs them and are joined when the
+ * KV-cache appends), SwiGLU (per block of rows) and sampling (per slot). 0 means the cores the
+ * process may run on (its CPU affinity on Linux, else the online cores), the default. The workers start when a call first needs them and are joined when the
  * engine's memory goes (or the count changes); starting them can fail that call with
  * MRL_ERR_NOMEM. Results do not depend on the count: each piece of work is done whole by one
  * thread. OpenBLAS's threads, which the matrix products on the calling thread use, are separate

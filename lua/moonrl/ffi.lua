@@ -1092,13 +1092,13 @@ function rl.blas_threads(n)
   lib.mrl_blas_set_threads(threads)
 end
 
--- rl.threads([n]) -> count: sets (with n; 0 means the online cores) and returns the number of
+-- rl.threads([n]) -> count: sets (with n; 0 means the cores the process may run on) and returns the number of
 -- threads the engine computes on (attention, sampling). Results do not depend on it.
 function rl.threads(n)
   if n ~= nil then
     local threads = check_integer(n, 1)
     if threads < 0 or threads > 1024 then
-      argerror(1, "threads: expected 0..1024 (0: the online cores)")
+      argerror(1, "threads: expected 0..1024 (0: the cores the process may run on)")
     end
     lib.mrl_engine_set_threads(engine, threads)
   end

@@ -47,7 +47,7 @@ local rl = {
   lr_at = core.lr_at,       -- learning-rate schedules
   blas_info = core.blas_info, -- {core=, threads=, config=, source=, recommended=}
   blas_threads = core.blas_threads,
-  threads = core.threads,   -- rl.threads([n]) -> the engine's thread count (0: the online cores)
+  threads = core.threads,   -- rl.threads([n]) -> the engine's thread count (0: the cores the process may run on)
   seed = core.seed,         -- reseeds the default RNG used by randn/rand without a seed
   memory = core.memory,     -- {used=, peak=} bytes of tensor memory held by the engine
   clock = core.clock,       -- seconds on a monotonic clock, for timing

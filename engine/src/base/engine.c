@@ -1,5 +1,9 @@
 /* engine.c - the engine handle: allocator, memory accounting, last-error message, thread count,
  * status text. */
+#ifdef __linux__
+#define _GNU_SOURCE /* sched_getaffinity */
+#include <sched.h>
+#endif
 #include "internal.h"
 
 #include <stdio.h>
@@ -44,8 +48,14 @@ static void *default_alloc(void *ud, void *ptr, size_t old_size, size_t new_size
   return realloc(ptr, new_size);
 }
 
-static int online_cores(void) {
+/* The cores this process may run on: its CPU affinity where the system tells it (so that a rank
+ * that mpirun or srun bound to one core does not run two threads there), else the online ones. */
+static int usable_cores(void) {
   long n = sysconf(_SC_NPROCESSORS_ONLN);
+#ifdef __linux__
+  cpu_set_t set;
+  if (sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) > 0) n = CPU_COUNT(&set);
+#endif
   return n < 1 ? 1 : n > MRL_MAX_THREADS ? MRL_MAX_THREADS : (int)n;
 }
 
@@ -58,7 +68,7 @@ mrl_status mrl_engine_new_with_alloc(mrl_alloc_fn alloc, void *ud, mrl_engine **
   e->alloc = alloc;
   e->alloc_ud = ud;
   mrl__rng_seed(&e->rng, 0);
-  e->threads = online_cores();
+  e->threads = usable_cores();
   e->pool_min_work = MRL_POOL_MIN_WORK;
   *out = e;
   return MRL_OK;
@@ -101,9 +111,9 @@ mrl_status mrl_engine_set_threads(mrl_engine *e, int threads) {
   if (!e) return MRL_ERR_NULL;
   if (threads < 0 || threads > MRL_MAX_THREADS)
     return mrl__fail(e, MRL_ERR_INVALID, "mrl_engine_set_threads",
-                     "threads must be in 0..%d (0: the online cores), got %d", MRL_MAX_THREADS,
+                     "threads must be in 0..%d (0: the cores the process may run on), got %d", MRL_MAX_THREADS,
                      threads);
-  int n = threads == 0 ? online_cores() : threads;
+  int n = threads == 0 ? usable_cores() : threads;
   if (n != e->threads) mrl__pool_stop(e); /* the next call that needs workers starts n - 1 */
   e->threads = n;
   return MRL_OK;

@@ -80,14 +80,14 @@ static int l_blas_threads(lua_State *L) {
   return 0;
 }
 
-/* rl.threads([n]) -> count: sets (with n; 0 means the online cores) and returns the number of
+/* rl.threads([n]) -> count: sets (with n; 0 means the cores the process may run on) and returns the number of
  * threads this state's engine computes on (attention, sampling). Results do not depend on it. */
 static int l_threads(lua_State *L) {
   mrl_engine *e = mrl__lua_engine(L);
   if (!lua_isnoneornil(L, 1)) {
     lua_Integer n = luaL_checkinteger(L, 1);
     if (n < 0 || n > 1024)
-      return luaL_argerror(L, 1, "threads: expected 0..1024 (0: the online cores)");
+      return luaL_argerror(L, 1, "threads: expected 0..1024 (0: the cores the process may run on)");
     mrl_engine_set_threads(e, (int)n);
   }
   lua_pushinteger(L, mrl_engine_threads(e));

@@ -65,31 +65,50 @@ local function is_json_array(t)
   return mt ~= nil and type(mt) == "table" and mt.__jsontype == "array"
 end
 
-local function encode_value(v, out, path, depth)
+-- v is at path.key (key nil: at path); q: the quoted strings of this encoding (record keys
+-- repeat in every episode)
+local function encode_value(v, out, path, key, depth, q)
   local tv = type(v)
-  if tv == "number" or tv == "string" then
-    out[#out + 1] = string.format("%q", v)
+  if tv == "string" then
+    local s = q[v]
+    if not s then
+      s = string.format("%q", v)
+      if #v <= 64 then q[v] = s end
+    end
+    out[#out + 1] = s
+  elseif tv == "number" then
+    -- integers as written (but mininteger, which reads back as a float), floats in hex: exact
+    out[#out + 1] = (math.type(v) == "integer" and v ~= math.mininteger) and tostring(v) or string.format("%q", v)
   elseif tv == "boolean" then
     out[#out + 1] = v and "true" or "false"
   elseif v == json_null then
     out[#out + 1] = "N"
   elseif tv == "table" then
+    if key ~= nil then path = path .. "." .. tostring(key) end
     if depth > 100 then error("train: ranks: " .. path .. " is nested too deep (a cycle?)", 0) end
     local mt = getmetatable(v)
     if mt ~= nil and not is_json_array(v) then
       error("train: ranks: " .. path .. " is a table with a metatable, which cannot be sent to "
         .. "other ranks (keep episodes' records, states and infos plain data)", 0)
     end
-    out[#out + 1] = is_json_array(v) and "A{" or "{"
-    for k, x in next, v do
-      out[#out + 1] = "["
-      encode_value(k, out, path, depth + 1)
-      out[#out + 1] = "]="
-      encode_value(x, out, path .. "." .. tostring(k), depth + 1)
+    out[#out + 1] = mt and "A{" or "{"
+    local n = #v -- the sequence part without keys, then the rest
+    for i = 1, n do
+      encode_value(v[i], out, path, i, depth + 1, q)
       out[#out + 1] = ","
+    end
+    for k, x in next, v do
+      if not (math.type(k) == "integer" and k >= 1 and k <= n) then
+        out[#out + 1] = "["
+        encode_value(k, out, path, nil, depth + 1, q)
+        out[#out + 1] = "]="
+        encode_value(x, out, path, k, depth + 1, q)
+        out[#out + 1] = ","
+      end
     end
     out[#out + 1] = "}"
   else
+    if key ~= nil then path = path .. "." .. tostring(key) end
     error(string.format("train: ranks: %s is a %s, which cannot be sent to other ranks (keep "
       .. "episodes' records, states and infos plain data)", path, tv), 0)
   end
@@ -100,7 +119,7 @@ end
 -- in `what` it was.
 function M.encode(v, what)
   local out = { "return " }
-  encode_value(v, out, what or "value", 0)
+  encode_value(v, out, what or "value", nil, 0, {})
   return table.concat(out)
 end
 

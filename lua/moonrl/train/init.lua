@@ -449,6 +449,10 @@ local function train(opts)
     if not ref then error("train: reference: " .. rerr, 0) end
     ctx.ref = ref
   end
+  if dist.size() > 1 then -- the curriculum's state: every rank's must be rank 0's
+    local st = tasks.state(ctx)
+    dist.check_same(st ~= nil and core.json.encode(st) or "", "the curriculum's state at the start")
+  end
   ctx.t_start = core.clock()
   for step = ctx.state.step + 1, c.steps do
     reward.boundary(ctx, step) -- a watched reward file reloads here, between steps
