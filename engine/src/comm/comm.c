@@ -136,24 +136,25 @@ static mrl_status allreduce_pieces(mrl_comm *c, void *data, int64_t n, size_t el
 }
 #endif
 
-mrl_status mrl_comm_allreduce_f32(mrl_comm *c, float *data, int64_t n) {
-  mrl_status st = check_buffer(c, data, n, "mrl_comm_allreduce_f32");
+/* The in-place sum of n floats (f64: doubles). */
+static mrl_status allreduce(mrl_comm *c, void *data, int64_t n, int f64, const char *fn) {
+  mrl_status st = check_buffer(c, data, n, fn);
   if (st || c->size == 1) return st;
 #ifdef MRL_WITH_MPI
-  return allreduce_pieces(c, data, n, sizeof(float), MPI_FLOAT, "mrl_comm_allreduce_f32");
+  if (f64) return allreduce_pieces(c, data, n, sizeof(double), MPI_DOUBLE, fn);
+  return allreduce_pieces(c, data, n, sizeof(float), MPI_FLOAT, fn);
 #else
+  (void)f64;
   return MRL_OK;
 #endif
 }
 
+mrl_status mrl_comm_allreduce_f32(mrl_comm *c, float *data, int64_t n) {
+  return allreduce(c, data, n, 0, "mrl_comm_allreduce_f32");
+}
+
 mrl_status mrl_comm_allreduce_f64(mrl_comm *c, double *data, int64_t n) {
-  mrl_status st = check_buffer(c, data, n, "mrl_comm_allreduce_f64");
-  if (st || c->size == 1) return st;
-#ifdef MRL_WITH_MPI
-  return allreduce_pieces(c, data, n, sizeof(double), MPI_DOUBLE, "mrl_comm_allreduce_f64");
-#else
-  return MRL_OK;
-#endif
+  return allreduce(c, data, n, 1, "mrl_comm_allreduce_f64");
 }
 
 mrl_status mrl_comm_bcast(mrl_comm *c, void *data, int64_t bytes, int root) {
