@@ -177,10 +177,11 @@ $(MOONRL): $(CLI_OBJ) $(STATIC_LIB)
 	$(CC) $(ALL_CFLAGS) -o $@ $(CLI_OBJ) $(STATIC_LIB) $(LUA_LIBS) -lreadline $(LDLIBS_CORE)
 
 $(PCFILE): scripts/moonrl.pc.in Makefile
-	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@VERSION@|$(VERSION)|' -e 's|@LUA_LIBS@|$(LUA_LIBS)|' $< > $@
+	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@VERSION@|$(VERSION)|' -e 's|@LUA_LIBS@|$(LUA_LIBS)|' \
+	  -e 's|@LIBS_CORE@|$(LDLIBS_CORE)|' $< > $@
 
 $(CORE_PCFILE): scripts/moonrl-core.pc.in Makefile
-	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@VERSION@|$(VERSION)|' $< > $@
+	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@VERSION@|$(VERSION)|' -e 's|@LIBS_CORE@|$(LDLIBS_CORE)|' $< > $@
 
 $(FFI_CDEF): scripts/gen_cdef.lua engine/include/moonrl.h
 	@mkdir -p $(dir $@)
