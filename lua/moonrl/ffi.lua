@@ -1185,4 +1185,43 @@ function rl.memory()
   }
 end
 
+-- rl.comm: the data-parallel communicator (mrl_comm), as in the Lua 5.4 module: rank(), size(),
+-- backend(), backends(), allreduce(tensor) (in place; returns it) or allreduce({numbers}) (a new
+-- list of sums), barrier(). One handle for this module's lifetime, made on first use.
+local comm_handle
+local function the_comm()
+  if not comm_handle then
+    local slot = ffi.new("mrl_comm *[1]")
+    check(lib.mrl_comm_new(engine, slot), 0)
+    comm_handle = ffi.gc(slot[0], lib.mrl_comm_free)
+  end
+  return comm_handle
+end
+
+rl.comm = {}
+function rl.comm.rank() return lib.mrl_comm_rank(the_comm()) end
+function rl.comm.size() return lib.mrl_comm_size(the_comm()) end
+function rl.comm.backend() return ffi.string(lib.mrl_comm_backend(the_comm())) end
+function rl.comm.backends() return ffi.string(lib.mrl_comm_backends()) end
+function rl.comm.barrier() check(lib.mrl_comm_barrier(the_comm()), 0) end
+function rl.comm.allreduce(x)
+  local c = the_comm()
+  if is_tensor(x) then
+    if not x:is_contiguous() then argerror(1, "allreduce: a contiguous tensor expected") end
+    check(lib.mrl_comm_allreduce_f32(c, lib.mrl_tensor_data(x.handle), x:numel()), 0)
+    return x
+  end
+  if type(x) ~= "table" then argerror(1, "a tensor or a list of numbers expected") end
+  local n = #x
+  local v = ffi.new("double[?]", math.max(n, 1))
+  for i = 1, n do
+    if type(x[i]) ~= "number" then argerror(1, format("[%d]: a number expected", i)) end
+    v[i - 1] = x[i]
+  end
+  check(lib.mrl_comm_allreduce_f64(c, v, n), 0)
+  local out = {}
+  for i = 1, n do out[i] = tonumber(v[i - 1]) end
+  return out
+end
+
 return rl
