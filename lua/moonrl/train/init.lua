@@ -454,6 +454,7 @@ local function train(opts)
     dist.check_same(st ~= nil and core.json.encode(st) or "", "the curriculum's state at the start")
   end
   ctx.t_start = core.clock()
+  dist.take_seconds() -- (time/comm counts from the first step)
   for step = ctx.state.step + 1, c.steps do
     reward.boundary(ctx, step) -- a watched reward file reloads here, between steps
     local mt, batch = step_once(ctx, step)
