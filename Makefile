@@ -377,7 +377,7 @@ install: all
 	ln -sf libmoonrl-core.so.$(SOVERSION) $(DESTDIR)$(LIBDIR)/libmoonrl-core.so
 	for pc in moonrl moonrl-core; do \
 	  sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@VERSION@|$(VERSION)|' -e 's|@LUA_LIBS@|$(LUA_LIBS)|' \
-	    scripts/$$pc.pc.in \
+	    -e 's|@LIBS_CORE@|$(LDLIBS_CORE)|' scripts/$$pc.pc.in \
 	    > $(DESTDIR)$(LIBDIR)/pkgconfig/$$pc.pc; done
 	install -m 755 $(MOONRL) $(DESTDIR)$(BINDIR)/moonrl
 	install -m 755 $(LUA_CMOD) $(DESTDIR)$(CMODDIR)/moonrl/core.so
