@@ -57,8 +57,10 @@ end
 
 -- One process's run against an np-rank run of the same global batch: the same rewards (the same
 -- tokens), every rank holding one digest after every step, the loss equal to 1e-6 relative at the
--- first step (the same weights) and 1e-5 after (the weights then differ by float rounding: sums in
--- another order), the final parameters equal to 1e-6 relative. Returns the parameter difference.
+-- first step (the same weights) and 1e-4 after (measured here up to 4.6e-6: the weights then
+-- differ by float rounding, sums in another order, and a later loss is a small difference of
+-- larger terms; other CPUs round otherwise), the final parameters equal to 1e-6 relative
+-- (norm-wise). Returns the parameter difference.
 local function assert_equal_runs(one, many, np)
   assert.equal(#one.steps, #many.steps)
   assert.equal(np, many.ranks)
@@ -71,7 +73,7 @@ local function assert_equal_runs(one, many, np)
     assert.equal(o.loss == nil, s.loss == nil)
     if o.loss then
       local rel = math.abs(o.loss - s.loss) / math.max(math.abs(o.loss), 1e-2)
-      assert.is_true(rel <= (i == 1 and 1e-6 or 1e-5),
+      assert.is_true(rel <= (i == 1 and 1e-6 or 1e-4),
         string.format("step %d: loss %.10g alone, %.10g on %d ranks (%.2g relative)", s.step, o.loss, s.loss, np, rel))
     end
   end
