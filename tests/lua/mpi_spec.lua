@@ -69,6 +69,8 @@ local function assert_equal_runs(one, many, np)
     assert.is_true(s.same, "ranks held different parameters after step " .. s.step)
     assert.equal(np, s.ranks)
     assert.equal(o.reward, s.reward, "step " .. s.step .. ": rewards differ")
+    -- reward terms, curriculum and sampling metrics come from the global batch: equal
+    assert.same(o.global, s.global, "step " .. s.step .. ": reward, curriculum or sampling metrics differ")
     assert.equal(o.eval, s.eval, "step " .. s.step .. ": held-out success differs")
     assert.equal(o.loss == nil, s.loss == nil)
     if o.loss then
@@ -242,6 +244,17 @@ describe("rl.train on several ranks", function()
   it("equals one process with a critic (value head gradients summed too)", function()
     if not need_mpi() then return end
     assert_equal_runs(train(dir .. "/critic1", "critic", nil), train(dir .. "/critic2", "critic", 2), 2)
+  end)
+
+  it("equals one process with a reward graph and a curriculum with a resampling gate", function()
+    if not need_mpi() then return end
+    local one, two = train(dir .. "/ag1", "agentlib", nil), train(dir .. "/ag2", "agentlib", 2)
+    assert_equal_runs(one, two, 2)
+    local n = 0
+    for k in pairs(two.steps[1].global) do
+      if k:find("^reward/correct") or k:find("^curriculum/") then n = n + 1 end
+    end
+    assert.is_true(n >= 3, "the run logged no reward-term or curriculum metrics")
   end)
 
   it("resumes on 2 ranks exactly where an uninterrupted run goes", function()
