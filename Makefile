@@ -249,7 +249,8 @@ test: all $(BUILD)/$(QWEN3_JSON) $(BUILD)/$(COMPAT_OPENAI)
 	@sh scripts/deps.sh $(TEST_PACKAGES)
 	@sh scripts/deps.sh $(MPI_PACKAGES) || echo "make test: Open MPI is missing: the MPI tests are skipped"
 	@if $(PKG_CONFIG) --exists mpi-c && command -v mpirun >/dev/null; then \
-	  $(MAKE) --no-print-directory MPI=1 BUILD=$(BUILD)-mpi $(BUILD)-mpi/moonrl; fi
+	  $(MAKE) --no-print-directory MPI=1 BUILD=$(BUILD)-mpi $(BUILD)-mpi/moonrl \
+	    $(BUILD)-mpi/tests/test_comm; fi
 	@MOONRL_MPI_BUILD=$$(test -x $(BUILD)-mpi/moonrl && cd $(BUILD)-mpi && pwd) \
 	  MOONRL_LAYER_RULES='$(LAYER_RULES)' sh scripts/run_tests.sh $(BUILD)
 

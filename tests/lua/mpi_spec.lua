@@ -157,6 +157,14 @@ describe("rl.comm under mpirun", function()
     assert.truthy(out:find("comm: self mpi", 1, true), out)
   end)
 
+  it("passes the C API's tests as a singleton (MPI finalised with the last handle)", function()
+    if not need_mpi() then return end
+    local out, code = H.run(H.shell_quote(mpi_build .. "/tests/test_comm"))
+    assert.equal(0, code, out)
+    assert.truthy(out:find("ok 3 - finalised", 1, true), out)
+    assert.is_nil(out:find("not ok", 1, true), out)
+  end)
+
   for _, np in ipairs { 1, 2, 4 } do
     it("sums, broadcasts and gathers on " .. np .. " rank(s)", function()
       if not need_mpi() then return end
