@@ -265,6 +265,11 @@ describe("rl.train on several ranks", function()
     assert.is_true(n >= 3, "the run logged no reward-term or curriculum metrics")
   end)
 
+  it("equals one process with tree rollouts (episodes in root-major order on any rank count)", function()
+    if not need_mpi() then return end
+    assert_equal_runs(train(dir .. "/tree1", "tree", nil), train(dir .. "/tree2", "tree", 2), 2)
+  end)
+
   it("resumes on 2 ranks exactly where an uninterrupted run goes", function()
     if not need_mpi() then return end
     local full = train(dir .. "/full", "ppo", 2)

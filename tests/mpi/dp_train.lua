@@ -4,7 +4,7 @@
 -- VARIANT: "ppo" (GiGPO advantages, PPO loss with KL to the reference and an entropy bonus,
 -- sampling at temperature 0.9, so the old log-probs are scored), "critic" (GAE with a value
 -- head) or "agentlib" (a reward graph of four terms, a learnability curriculum over a pool with a
--- resampling zero-variance gate). Every step each rank's model digest is gathered; rank 0 writes DIR/result.json with, per
+-- resampling zero-variance gate) or "tree" (tree rollouts branching after turn 1, GiGPO). Every step each rank's model digest is gathered; rank 0 writes DIR/result.json with, per
 -- step, the digest, whether every rank had it, the loss and the reward, and saves the final
 -- weights in DIR/final (safetensors).
 local rl = require "moonrl"
@@ -62,8 +62,11 @@ elseif variant == "agentlib" then
   opts.curriculum = C.new { source = C.pool { env = env, split = "train", size = 48, seed = 2 },
     sampler = C.learnability {}, gate = C.gate { reject = "zero_variance", resample = true, max_tries = 2 },
     seed = 4 }
+elseif variant == "tree" then
+  -- tree rollouts: each task's 2 roots branch into 2 episodes after turn 1 (GiGPO compares them)
+  opts.advantage, opts.gamma, opts.temperature, opts.tree = "gigpo", 0.8, 1.0, { turn = 1, k = 2 }
 else
-  error("VARIANT: ppo, critic or agentlib expected, got " .. tostring(variant))
+  error("VARIANT: ppo, critic, agentlib or tree expected, got " .. tostring(variant))
 end
 local result = rl.train(opts)
 if rl.comm.rank() == 0 then

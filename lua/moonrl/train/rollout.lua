@@ -99,7 +99,23 @@ local function run_once(ctx, req, list, seeds, groups, max_turns)
   end
   local b = batchlib.from_rollout(ro, results, groups)
   b.gate = results.gate
+  if tree then b = b:select(M.root_major(b)) end
   return b
+end
+
+-- The episodes of a tree rollout in root-major order (each root's episodes together, by branch
+-- index): the order does not depend on when each root reached the branching turn, so a batch
+-- shared out over ranks and gathered again has one process's order.
+function M.root_major(b)
+  local order = {}
+  for i = 1, b:size() do order[i] = i end
+  table.sort(order, function(x, y)
+    local bx, by = b.episodes[x].branch, b.episodes[y].branch
+    if bx.root ~= by.root then return bx.root < by.root end
+    if bx.index ~= by.index then return bx.index < by.index end
+    return x < y
+  end)
+  return order
 end
 
 -- One remote rollout (rl.remote, the endpoint of the remote option) of the listed episodes.
@@ -131,6 +147,9 @@ local function sharded(run)
         l[#l + 1], s[#s + 1], g[#g + 1] = list[i], seeds[i], groups[i]
       end
       mine = run(ctx, req, l, s, g, max_turns)
+      for _, ep in ipairs(mine.episodes) do -- (a tree's roots: positions in the whole list)
+        if ep.branch then ep.branch.root = ep.branch.root + starts[a] - 1 end
+      end
     else
       mine = dist.empty_batch()
     end
