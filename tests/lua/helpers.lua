@@ -74,11 +74,7 @@ function H.letter_env(name, tool_call)
   return {
     name = name or "letter",
     max_turns = 1,
-    tasks = function(_, n)
-      local t = {}
-      for i = 1, n do t[i] = { i = i } end
-      return t
-    end,
+    tasks = H.numbered_tasks,
     new = function()
       return {
         reset = function() return "say a letter" end,
@@ -150,6 +146,22 @@ function H.tmpdir()
   local _, code = H.sh("mkdir " .. H.shell_quote(path))
   assert(code == 0, "cannot create " .. path)
   return path
+end
+
+-- The bytes of the file at path, or nil when it cannot be opened.
+function H.read_file(path)
+  local f = io.open(path, "rb")
+  if not f then return nil end
+  local text = f:read("a")
+  f:close()
+  return text
+end
+
+-- tasks(split, n) for test environments: n tasks {i = 1} .. {i = n}.
+function H.numbered_tasks(_, n)
+  local t = {}
+  for i = 1, n do t[i] = { i = i } end
+  return t
 end
 
 -- The JSON values of a JSON-lines file (metrics.jsonl, episodes.jsonl), in order.

@@ -16,13 +16,7 @@ local function write(path, text)
   assert(f:close())
 end
 
-local function read(path)
-  local f = io.open(path, "rb")
-  if not f then return nil end
-  local s = f:read("a")
-  f:close()
-  return s
-end
+local read = H.read_file
 
 -- A run folder written by hand: metrics rows (tables), episodes (tables), options.
 local function fake_run(dir, rows, eps, options)

@@ -22,13 +22,7 @@ local PID = own_pid()
 -- tools run as a host uid of this run's own, so that leftovers can be counted
 local UID = 300000 + tonumber(PID) % 100000
 
-local function read(path)
-  local f = io.open(path, "rb")
-  if not f then return nil end
-  local s = f:read("a")
-  f:close()
-  return s
-end
+local read = H.read_file
 
 local get_pool
 

@@ -15,11 +15,7 @@ local tok = rl.tokenizer.bytes()
 local env = {
   name = "steps",
   max_turns = 3,
-  tasks = function(_, n)
-    local t = {}
-    for i = 1, n do t[i] = { i = i } end
-    return t
-  end,
+  tasks = H.numbered_tasks,
   new = function()
     return {
       reset = function(self) self.n = 0 return "go" end,

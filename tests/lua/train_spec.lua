@@ -750,13 +750,7 @@ end
     for k, v in pairs(extra or {}) do o[k] = v end
     return rl.train(o)
   end
-  local function slurp(path)
-    local f = io.open(path, "rb")
-    if not f then return nil end
-    local text = f:read("a")
-    f:close()
-    return text
-  end
+  local slurp = H.read_file
 
   it("never replaces an earlier run's files unless told to (overwrite = true)", function()
     local dir = tmpdir()

@@ -14,11 +14,7 @@ local tok = rl.tokenizer.bytes()
 local env = {
   name = "echo",
   max_turns = 4,
-  tasks = function(_, n)
-    local t = {}
-    for i = 1, n do t[i] = { i = i } end
-    return t
-  end,
+  tasks = H.numbered_tasks,
   new = function()
     return {
       reset = function(self, task, rng)

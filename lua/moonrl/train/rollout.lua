@@ -248,25 +248,7 @@ function M.forced(c)
   end
 end
 
-local push_all -- (below)
-
--- remote = {push_weights = true}: the policy's weights as a checkpoint (ctx.dir/served.bin)
--- posted as bytes to each endpoint's /v1/load_weights, so that they sample from them next.
--- Returns the policy_version the (first) endpoint reports; raises when a push fails (its
--- episodes would come from stale weights).
-function M.push_weights(ctx)
-  -- with several ranks rank 0 pushes and the others wait for it (their next rollouts must see
-  -- the new weights); they return nil
-  if not dist.lead() then
-    dist.barrier()
-    return nil
-  end
-  local version = push_all(ctx)
-  dist.barrier()
-  return version
-end
-
-function push_all(ctx)
+local function push_all(ctx)
   local path = ctx.dir .. "/served.bin"
   local ok, err = ctx.model:save_checkpoint(path)
   if not ok then error("train: remote: push_weights: " .. tostring(err), 0) end
@@ -290,6 +272,22 @@ function push_all(ctx)
     local reply = core.json.decode(body)
     if i == 1 then version = type(reply) == "table" and reply.policy_version or nil end
   end
+  return version
+end
+
+-- remote = {push_weights = true}: the policy's weights as a checkpoint (ctx.dir/served.bin)
+-- posted as bytes to each endpoint's /v1/load_weights, so that they sample from them next.
+-- Returns the policy_version the (first) endpoint reports; raises when a push fails (its
+-- episodes would come from stale weights).
+function M.push_weights(ctx)
+  -- with several ranks rank 0 pushes and the others wait for it (their next rollouts must see
+  -- the new weights); they return nil
+  if not dist.lead() then
+    dist.barrier()
+    return nil
+  end
+  local version = push_all(ctx)
+  dist.barrier()
   return version
 end
 
