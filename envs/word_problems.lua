@@ -11,7 +11,8 @@
 -- ("temp 4") after a prompt that shows an exemplar task ("propose like dive -3 5:"); the
 -- generator (M.parse, the contract's parse) moves the exemplar's operands to values drawn
 -- uniformly from [x - size, x + size] within the topic's ranges, with the rng the loop seeds
--- for that proposal, in the topic the policy named, and writes every field: the instruction (the
+-- for that proposal (drawing again, up to 8 times, while the loop's novelty index holds the
+-- task), in the topic the policy named, and writes every field: the instruction (the
 -- topic's sentence, with a name and objects picked by a hash of topic and operands), the
 -- answer, the check `local x = ... return tonumber(x) == <answer>`, the solution
 -- `return (<a>) <op> (<b>)` and failure cases (answer +- 1, the answer with a's sign dropped,
@@ -110,8 +111,11 @@ local function not_held_out(k, a, b)
   return nil
 end
 
--- A proposal, "<topic> <size>", read into a task moved from the exemplar; or nil and why.
-function M.parse(text, exemplar, rng)
+-- A proposal, "<topic> <size>", read into a task moved from the exemplar; or nil and why. With
+-- known (the loop's novelty index), up to 8 draws look for operands it does not hold yet, so a
+-- duplicate means the proposer named a neighbourhood that is used up, not that the draw was
+-- unlucky.
+function M.parse(text, exemplar, rng, known)
   local name, size = text:match("^%s*(%l+) (%d)%f[^%d]")
   if not name then return nil, "not \"<topic> <size>\"" end
   local k = BY_NAME[name]
@@ -126,12 +130,19 @@ function M.parse(text, exemplar, rng)
     if lo > hi then return range[1] end
     return rng:random(lo, hi)
   end
-  local a, b = moved(exemplar.a, t.a), moved(exemplar.b, t.b)
-  if a == 0 then a = exemplar.a > 0 and 1 or -1 end
-  if a < t.a[1] or a > t.a[2] then a = t.a[1] end
-  a, b = not_held_out(k, a, b)
-  if not a then return nil, "every task of these operands is held out" end
-  return M.make(k, a, b)
+  local task
+  for _ = 1, known and 8 or 1 do
+    local a, b = moved(exemplar.a, t.a), moved(exemplar.b, t.b)
+    if a == 0 then a = exemplar.a > 0 and 1 or -1 end
+    if a < t.a[1] or a > t.a[2] then a = t.a[1] end
+    a, b = not_held_out(k, a, b)
+    if a then
+      task = M.make(k, a, b)
+      if not known or not known(task) then return task end
+    end
+  end
+  if not task then return nil, "every task of these operands is held out" end
+  return task
 end
 
 M.contract = rl.synth.contract { "instruction", "answer", "check", "solution", "failures",

@@ -584,6 +584,78 @@ describe("rl.synth", function()
     end
   end)
 
+  it("hands a contract's generator the novelty index, so it can draw again instead of proposing a duplicate", function()
+    local kinds = {}
+    local gen = S.contract { "instruction", "answer", "check", "solution", "failures",
+      parse = function(_, _, rng, known)
+        kinds[#kinds + 1] = type(known)
+        local t
+        for _ = 1, 20 do
+          t = problem(rng:random(11, 13), "+", 2)
+          if not known or not known(t) then return t end
+        end
+        return t
+      end }
+    local function run(novelty)
+      local loop = S.loop { propose = fixed_proposer { "a", "b", "c", "d", "e", "f" }, contract = gen,
+        verify = { S.exec {} }, pool = recording_pool(), per_step = 3, retire = false,
+        calibrate = S.pass_rate { k = 8 }, novelty = novelty }
+      local ctx = { solve = simulated(true, function() return 0.5 end) }
+      return loop:step(ctx), loop:step(ctx), loop
+    end
+    local first, second = run(S.novelty { key = function(t) return t.solution end, numbers = "keep" })
+    -- three operands in all: the first step finds all three, the second only duplicates
+    assert.are.same({ 3, 0 }, { first.admitted, first.duplicate })
+    assert.are.same({ 0, 3 }, { second.admitted, second.duplicate })
+    for _, k in ipairs(kinds) do assert.are.equal("function", k) end
+    -- without a novelty index parse gets no `known`
+    kinds = {}
+    run(false)
+    assert.are.equal(6, #kinds)
+    for _, k in ipairs(kinds) do assert.are.equal("nil", k) end
+  end)
+
+  it("retires failing tasks with retire.below, and brings a mastered task back only under the bar it was retired at", function()
+    local pool = recording_pool()
+    local tasks = {}
+    for i = 1, 3 do tasks[i] = problem(20 + i, "+", 3) end
+    local p = {}
+    for i = 1, 3 do p[tasks[i].instruction] = 0.5 end
+    local loop = S.loop { propose = fixed_proposer(tasks), contract = CONTRACT, verify = { S.exec {} },
+      pool = pool, per_step = 3, retire = { above = 0.8, below = 0.125, window = 8 }, probe = 3,
+      calibrate = S.pass_rate { k = 8 }, novelty = false }
+    local ctx = { solve = simulated(true, function(t) return p[t.instruction] end) }
+    assert.are.equal(3, loop:step(ctx).admitted)
+    local held = {}
+    for i = 1, 3 do held[i] = pool.admitted[i].task end
+    local function batch(wins)
+      local eps = {}
+      for i, w in ipairs(wins) do
+        for j = 1, 8 do eps[#eps + 1] = { task = held[i], success = j <= w, ["end"] = "done", record = { { state = "q" } } } end
+      end
+      return { episodes = eps }
+    end
+    -- 8 of 8: mastered; 1 of 8 (0.125): failing; 4 of 8: stays
+    local o = loop:observe(batch { 8, 1, 4 })
+    assert.are.same({ retired = 1, failing = 1 }, o)
+    assert.are.same({ { key = held[1].key, why = "mastered" }, { key = held[2].key, why = "failing" } }, pool.retired)
+    assert.are.equal(1, loop:stats().pool)
+    -- probes: the mastered task measured at 7 of 8 (0.875, at or over the bar .8) stays out, and
+    -- the failing one is never probed
+    p[tasks[1].instruction], p[tasks[2].instruction] = 0.875, 0.875
+    local r = loop:step(ctx)
+    assert.are.equal(0, r.regressed)
+    assert.are.same({}, pool.regressed)
+    -- at 6 of 8 (0.75, under the bar) it comes back
+    p[tasks[1].instruction] = 0.75
+    r = loop:step(ctx)
+    assert.are.equal(1, r.regressed)
+    assert.are.same({ held[1].key }, pool.regressed)
+    local arc = loop:archive()
+    assert.are.equal("retired", arc[2].status)
+    assert.are.same({ step = 1, why = "failing", p = 0.125 }, arc[2].retired[1])
+  end)
+
   it("keys admitted tasks as a pool with its own key function does, so its training rollouts retire them", function()
     local tasks = {}
     for i = 1, 3 do tasks[i] = problem(20 + i, "+", 3) end
@@ -836,6 +908,8 @@ describe("rl.synth", function()
       { function() S.loop { propose = prop, max_pool = -5 } end, "rl.synth.loop: max_pool:" },
       { function() S.loop { propose = prop, retire = { above = 2 } } end, "rl.synth.loop: retire: above: a number in (0, 1] expected, got 2" },
       { function() S.loop { propose = prop, retire = { windw = 2 } } end, "rl.synth.loop: retire: unknown field 'windw' (did you mean 'window'?)" },
+      { function() S.loop { propose = prop, retire = { above = 0.5, below = 0.5 } } end, "rl.synth.loop: retire: below (0.5) must be under above (0.5)" },
+      { function() S.loop { propose = prop, retire = { below = -1 } } end, "rl.synth.loop: retire: below: a number in [0, 1] expected, got -1" },
       { function() S.loop { propose = prop, pre_step = 4 } end, "unknown field 'pre_step' (did you mean 'per_step'?)" },
       { function() S.loop { propose = prop }:load { version = 99 } end, "rl.synth.loop: load: a state from loop:state() expected" },
       { function() S.check_answer({}, "1") end, "rl.synth.check_answer: task: a table with check" },

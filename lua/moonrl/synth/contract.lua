@@ -1,13 +1,16 @@
 -- moonrl.synth.contract: what a proposal must hold before anything runs it (rl.synth.contract).
 --
 --   local c = rl.synth.contract { "instruction", "answer", "check", "solution", "failures",
---     parse = function(text, exemplar, rng) return fields or nil, why end,  -- optional: the
---                                               -- proposer's text (exemplar: the task its
+--     parse = function(text, exemplar, rng, known) return fields or nil, why end,  -- optional:
+--                                               -- the proposer's text (exemplar: the task its
 --                                               -- prompt showed, for templates relative to it;
 --                                               -- rng: an rl.rng the loop seeds per proposal,
---                                               -- for templates a generator fills in)
+--                                               -- for templates a generator fills in; known:
+--                                               -- fn(fields) -> whether the loop's novelty
+--                                               -- index already holds such a task, so that a
+--                                               -- generator can draw again; nil without one)
 --     render = function(task) return text end }   -- optional: its inverse (prompts, demos)
---   local task, why, detail = c:validate(proposal [, exemplar [, rng]])   -- a table or text
+--   local task, why, detail = c:validate(proposal [, exemplar [, rng [, known]]])   -- a table or text
 --
 -- A proposal is the proposer's text or a table. Text is read by `parse` (default: a JSON object
 -- somewhere in the text, else "field: value" sections, a field's value running to the next
@@ -200,10 +203,10 @@ function M.is_contract(v) return getmetatable(v) == Contract end
 -- The five fields of the design.
 M.known = KNOWN
 
--- c:parse(text [, exemplar [, rng]]) -> a table of fields, or nil, why.
-function Contract:parse(text, exemplar, rng)
+-- c:parse(text [, exemplar [, rng [, known]]]) -> a table of fields, or nil, why.
+function Contract:parse(text, exemplar, rng, known)
   if self.parse_fn then
-    local ok, t, why = pcall(self.parse_fn, text, exemplar, rng)
+    local ok, t, why = pcall(self.parse_fn, text, exemplar, rng, known)
     if not ok then return nil, "parse raised: " .. tostring(t) end
     if type(t) ~= "table" then return nil, why and tostring(why) or "parse returned no fields" end
     return t
@@ -211,11 +214,11 @@ function Contract:parse(text, exemplar, rng)
   return default_parse(self, text)
 end
 
--- c:validate(proposal [, exemplar [, rng]]) -> task (a new table: the proposal's fields
+-- c:validate(proposal [, exemplar [, rng [, known]]]) -> task (a new table: the proposal's fields
 -- normalised), or nil, reason, message. reason is "unparsable", "missing_field" or "bad_field".
-function Contract:validate(p, exemplar, rng)
+function Contract:validate(p, exemplar, rng, known)
   if type(p) == "string" then
-    local t, why = self:parse(p, exemplar, rng)
+    local t, why = self:parse(p, exemplar, rng, known)
     if not t then return nil, "unparsable", "the proposal could not be read: " .. tostring(why) end
     p = t
   elseif type(p) ~= "table" then

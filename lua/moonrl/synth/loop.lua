@@ -14,8 +14,10 @@
 --     penalties = { invalid = -1, duplicate = -0.5 },
 --     every = 1, per_step = 16, max_pool = 5000,
 --     retire = { above = 0.9, window = 16 },     -- mastered: the last `window` training
---                                                -- rollouts of a task succeed at >= above
---     probe = 2,                                 -- retired tasks re-measured per step
+--                                                -- rollouts of a task succeed at >= above;
+--                                                -- with below = q also failing: at <= q
+--     probe = 2,                                 -- mastered tasks re-measured per step; one
+--                                                -- measured under `above` comes back
 --     contract = c,                              -- for proposers without one (mutate)
 --     key = fn(task) -> string, seed = 0,
 --   }
@@ -91,12 +93,18 @@ local penalty_check = argcheck.sub("rl.synth.loop: penalties", {
 
 local retire_fields = argcheck.sub("rl.synth.loop: retire", {
   { "above", nil, argcheck.number(0, 1, true) },
+  { "below", nil, argcheck.number(0, 1) },
   { "window", nil, argcheck.integer(1) },
 })
 local function retire_check(v)
   if v == false then return nil end
-  if type(v) ~= "table" then return "false or a table {above =, window =}" end
-  return retire_fields(v)
+  if type(v) ~= "table" then return "false or a table {above =, below =, window =}" end
+  local bad = retire_fields(v)
+  if bad then return bad end
+  if v.below and v.below >= (v.above or 0.9) then
+    return { string.format("rl.synth.loop: retire: below (%g) must be under above (%g)", v.below, v.above or 0.9) }
+  end
+  return nil
 end
 
 -- rl.synth.loop{...}: see the top of this file.
@@ -136,7 +144,8 @@ function M.loop(opts)
     reward_fn = type(o.reward) == "function" and o.reward or REWARD_FN[o.reward],
     penalties = { invalid = pen.invalid or -1, duplicate = pen.duplicate or -0.5 },
     every = o.every, per_step = o.per_step, max_pool = o.max_pool,
-    retire = ret ~= false and { above = ret and ret.above or 0.9, window = ret and ret.window or 16 } or nil,
+    retire = ret ~= false and { above = ret and ret.above or 0.9, below = ret and ret.below or nil,
+      window = ret and ret.window or 16 } or nil,
     probe = o.probe, contract = o.contract or (getmetatable(o.propose) == proposerlib.Proposer and o.propose.contract) or nil,
     key_fn = o.key, seed = o.seed,
   }, Loop)
@@ -238,8 +247,10 @@ local function retire(self, key, why, p)
   self.totals.retired = self.totals.retired + 1
 end
 
--- Re-measures up to `probe` retired tasks; one the policy no longer masters (p within or below
--- the band) goes back into the pool.
+-- Re-measures up to `probe` tasks retired as mastered; one the policy no longer masters goes
+-- back into the pool: measured under retire.above (the bar it was retired at; without
+-- retirement windows, within or below the calibration band). A task measured at the bar or over
+-- stays out, so a task whose pass rate sits near the bar is not retired and readmitted by turns.
 local function probe_retired(self, ctx, seed, out)
   local mastered = {}
   for _, key in ipairs(self.retired) do
@@ -259,7 +270,8 @@ local function probe_retired(self, ctx, seed, out)
   for i, key in ipairs(keys) do
     local rec = self.records[self.by_key[key]]
     rec.p[#rec.p + 1] = { step = self.t, p = ps[i].p, n = ps[i].k, source = "probe" }
-    if ps[i].p <= self.calibrator.band[2] then
+    local back = self.retire and ps[i].p < self.retire.above or (not self.retire and ps[i].p <= self.calibrator.band[2])
+    if back then
       local ok = not self.pool or self.pool:regress(key)
       if ok then
         for j = #self.retired, 1, -1 do if self.retired[j] == key then table.remove(self.retired, j) end end
@@ -332,6 +344,11 @@ function Loop:step(ctx, train_step)
       and #items .. " proposals" or type(items), self.per_step), 0)
   end
   local rewards, recs, candidates, cand_recs = {}, {}, {}, {}
+  -- for a contract's generator: whether the novelty index already holds such a task
+  local known = self.novelty and function(fields)
+    local ok, novel = pcall(self.novelty.check, self.novelty, fields)
+    return ok and novel ~= true
+  end or nil
   for i, it in ipairs(items) do
     out.proposed = out.proposed + 1
     local rec = { id = #self.records + 1, step = t, text = short(it.text),
@@ -344,7 +361,7 @@ function Loop:step(ctx, train_step)
     if it.error then
       reason, msg = it.error == "mutation_failed" and "mutation_failed" or "proposer_error", it.error
     elseif self.contract then
-      task, reason, msg = self.contract:validate(it.task or it.text, it.exemplar, core.rng(mix(seed, 5, i)))
+      task, reason, msg = self.contract:validate(it.task or it.text, it.exemplar, core.rng(mix(seed, 5, i)), known)
     elseif type(it.task) == "table" then
       task = {}
       for k, v in pairs(it.task) do task[k] = v end
@@ -444,7 +461,7 @@ function Loop:observe(batch)
       seen[key].n, seen[key].s = seen[key].n + 1, seen[key].s + (ep.success and 1 or 0)
     end
   end
-  local retired = 0
+  local retired, failing = 0, 0
   for _, key in ipairs(order) do
     local rec = self.records[self.by_key[key]]
     rec.p[#rec.p + 1] = { step = self.t, p = seen[key].s / seen[key].n, n = seen[key].n, source = "train" }
@@ -457,11 +474,14 @@ function Loop:observe(batch)
         if s / #w >= self.retire.above then
           retire(self, key, "mastered", s / #w)
           retired = retired + 1
+        elseif self.retire.below and s / #w <= self.retire.below then
+          retire(self, key, "failing", s / #w)
+          failing = failing + 1
         end
       end
     end
   end
-  return { retired = retired }
+  return { retired = retired, failing = failing }
 end
 
 -- loop:archive() -> every proposal so far, oldest first: {id =, step =, status = "admitted" |

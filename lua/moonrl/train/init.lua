@@ -381,7 +381,9 @@ local function step_once(ctx, step)
       mt["time/push"] = core.clock() - t4
     end
     if c.synth then
-      mt["synth/retired_mastered"] = c.synth:observe(batch).retired -- (after the advantage: fatal masks)
+      local o = c.synth:observe(batch) -- (after the advantage: fatal masks)
+      mt["synth/retired_mastered"] = o.retired
+      if o.failing then mt["synth/retired_failing"] = o.failing end
     end
     mt.tokens_per_s = st.tokens / math.max(core.clock() - t_start, 1e-9)
   else
