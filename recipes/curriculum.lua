@@ -13,7 +13,10 @@
 --
 -- arms: a comma-separated subset of band,uniform,hardest (all three by default); files go to
 -- runs/curriculum-<arm>/. chain: 300 steps by default, about 5 minutes on 2 cores; arith: 60
--- steps, about a minute. The README ("Curricula") has the tables of both.
+-- steps, about a minute. The README ("Curricula") has the tables of both. Knobs, for
+-- experiments: CUR_ENT (the entropy bonus; chain .01, arith 0), CUR_KL (the KL coefficient),
+-- CUR_MS and CUR_CD (the band's min_samples, 32, and cooldown, 4), CUR_MIX ("frontier,review,
+-- explore" shares, default ".7,.2,.1"), CUR_TAG (a suffix of the run folders, for runs side by side).
 local rl = require "moonrl"
 
 local root = os.getenv("MOONRL_ROOT") or "."
@@ -31,12 +34,15 @@ local env_name = (arg and arg[4]) or "chain"
 -- chain's warm start sees each random answer once (32,000 examples, one epoch: with 4,000 x 8
 -- the policy learnt the random answers by heart and was as sure of a wrong answer as of a right
 -- one); PPO makes 4 passes over each batch, samples at temperature 1.3, and a KL term (0.1, to
--- the warm start) keeps the ops not yet learnt from collapsing onto one wrong symbol.
+-- the warm start) and an entropy bonus (.01) keep the ops not yet learnt from collapsing onto
+-- one wrong symbol: a task that reaches such an answer fails in all 8 episodes of its group, so
+-- GRPO has no gradient to undo it (without the bonus, seed 1 sat at 6 ops for 200 steps with
+-- op f's answer to 0 given as op d's "N" 92% of the time).
 local FAMILIES = {
   chain = { param = "ops", first = 1, last = 10, steps = 300, epochs = 4, temperature = 1.3,
-    kl_coef = 0.1,
+    kl_coef = 0.1, entropy_coef = 0.01,
     sft = { examples = 32000, epochs = 1, lr = 3e-3, batch_size = 16 } },
-  arith = { param = "carries", first = 0, last = 9, steps = 60, epochs = 1, temperature = 1, kl_coef = 0,
+  arith = { param = "carries", first = 0, last = 9, steps = 60, epochs = 1, temperature = 1, kl_coef = 0, entropy_coef = 0,
     sft = { examples = 2000, epochs = 3, lr = 3e-3, batch_size = 16 } },
 }
 local fam = FAMILIES[env_name]
@@ -50,8 +56,15 @@ local function curriculum(arm)
     error("curriculum.lua: unknown arm " .. arm .. " (band, uniform or hardest)", 0)
   end
   local levels = arm == "hardest" and C.levels { fam.last } or C.range { fam.first, fam.last }
-  local sampler = arm == "band" and C.band { low = 0.2, high = 0.8 } or C.uniform()
-  return C.new { seed = seed, sampler = sampler,
+  local sampler = arm == "band" and C.band { low = 0.2, high = 0.8, min_samples = math.tointeger(tonumber(os.getenv("CUR_MS") or "")) or 32,
+    cooldown = math.tointeger(tonumber(os.getenv("CUR_CD") or "")) or 4 } or C.uniform()
+  local mx = nil
+  if arm == "band" and os.getenv("CUR_MIX") then
+    local f, r, e = os.getenv("CUR_MIX"):match("^([%d.]+),([%d.]+),([%d.]+)$")
+    if not f then error("curriculum.lua: CUR_MIX: \"frontier,review,explore\" shares expected, got " .. os.getenv("CUR_MIX"), 0) end
+    mx = { frontier = tonumber(f), review = tonumber(r), explore = tonumber(e) }
+  end
+  return C.new { seed = seed, sampler = sampler, mix = mx,
     source = C.procedural { gen = env.gen, params = { [fam.param] = levels } } }
 end
 
@@ -81,12 +94,13 @@ for _, arm in ipairs(arms) do
   local zero, groups = 0, 0
   local t0 = rl.clock()
   local result = rl.train {
-    model = model, tokenizer = tok, env = env, name = "curriculum-" .. arm, dir = root .. "/runs",
+    model = model, tokenizer = tok, env = env, name = "curriculum-" .. arm .. (os.getenv("CUR_TAG") or ""), dir = root .. "/runs",
     seed = seed, overwrite = true, curriculum = cur,
     sft = fam.sft,
     steps = steps, tasks_per_step = 16, group_size = 8, minibatch = 64, max_turn_tokens = 2,
     advantage = "grpo", loss = "ppo", clip_high = 0.28, lr = 1e-3, epochs = fam.epochs,
-    temperature = fam.temperature, kl_coef = fam.kl_coef,
+    temperature = fam.temperature, kl_coef = tonumber(os.getenv("CUR_KL") or "") or fam.kl_coef,
+    entropy_coef = tonumber(os.getenv("CUR_ENT") or "") or fam.entropy_coef,
     evaluate = evaluate, eval = { every = steps },
     progress = false,
     on_step = function(_, mt)

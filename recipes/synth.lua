@@ -12,7 +12,9 @@
 --   operands) only, or on the fixed tasks plus what it synthesises, or (the bound of what
 --   training can reach) on 2000 tasks of the held-out kind; held-out success on tasks of all
 --   topics and operand ranges (to 15); the proposer's learnability reward 4p(1-p) and the
---   pool's median p over the run.
+--   pool's median p over the run. Candidates are calibrated by pass_rate{k = 8, band = {.125,
+--   .8}} (the top at the .8 the pool's median is held to) and retired from the pool at >= .8
+--   (mastered) or <= .125 (failing) of their last 8 training rollouts.
 -- target (acceptance test 19): the same with a weakness injected (the warm start's oracle keeps
 --   a negative operand's sign 1 time in 4, so greedy decoding fails every negative at first;
 --   two-digit operands are written right), synthesis with and without failure targeting
@@ -25,8 +27,11 @@
 -- (1/3: how often the closed run's warm start writes a two-digit operand whole), SYNTH_KEEP
 -- (.25: how often the target run's keeps a negative's sign), SYNTH_LR (5e-4), SYNTH_ENT (0.01),
 -- SYNTH_TEMP (the rollout temperature, 1), SYNTH_PT (the proposer's temperature, 1.3),
--- SYNTH_RETIRE (0.8), SYNTH_NOLEARN (the proposer does not learn), SYNTH_ONLY (one arm: fixed,
--- synth, synth_target or oracle), SYNTH_CURVES (print the held-out curves).
+-- SYNTH_BAND_HI (.8: the calibration band's top), SYNTH_RETIRE (.8), SYNTH_BELOW (.125) and
+-- SYNTH_WINDOW (8) (retirement: mastered at >= .8 of the last 8 training rollouts, failing at
+-- <= .125), SYNTH_NOLEARN (the proposer does not learn), SYNTH_ONLY (one arm: fixed, synth,
+-- synth_target or oracle), SYNTH_CURVES (print the held-out curves), SYNTH_TAG (a suffix of the
+-- run folders, for runs side by side).
 local rl = require "moonrl"
 
 local root = os.getenv("MOONRL_ROOT") or "."
@@ -104,15 +109,16 @@ local function run(arm)
   local loop = rl.synth.loop {
     propose = proposer(),
     verify = { rl.synth.exec {}, rl.synth.oracle(wp.solve) },
-    calibrate = rl.synth.pass_rate { k = 8, band = { 0.125, 0.875 } },
+    calibrate = rl.synth.pass_rate { k = 8, band = { 0.125, tonumber(os.getenv("SYNTH_BAND_HI") or "") or 0.8 } },
     novelty = rl.synth.novelty { key = wp.key, numbers = "keep", threshold = 0.95 },
     target = arm == "synth_target" and rl.synth.target { from = cur, by = { "state" } } or nil,
-    pool = cur, per_step = 16, every = 1, seed = seed, retire = { above = tonumber(os.getenv("SYNTH_RETIRE") or "") or 0.8, window = 16 },
+    pool = cur, per_step = 16, every = 1, seed = seed, retire = { above = tonumber(os.getenv("SYNTH_RETIRE") or "") or 0.8, window = math.tointeger(tonumber(os.getenv("SYNTH_WINDOW") or "")) or 8,
+      below = tonumber(os.getenv("SYNTH_BELOW") or "") or 0.125 },
   }
   local proposals = {} -- per loop step: how many proposals had a negative first operand
   local t0 = rl.clock()
   local result = rl.train {
-    model = m, tokenizer = tok, env = env, name = "synth_" .. mode .. "_" .. arm, dir = root .. "/runs",
+    model = m, tokenizer = tok, env = env, name = "synth_" .. mode .. "_" .. arm .. (os.getenv("SYNTH_TAG") or ""), dir = root .. "/runs",
     seed = seed, overwrite = true, progress = false,
     steps = STEPS, tasks_per_step = 16, group_size = 8, minibatch = 64, max_turn_tokens = 8,
     advantage = "grpo", loss = "ppo", clip_high = 0.28, entropy_coef = tonumber(os.getenv("SYNTH_ENT") or "") or 0.01, lr = tonumber(os.getenv("SYNTH_LR") or "") or 5e-4, temperature = tonumber(os.getenv("SYNTH_TEMP") or "") or 1,
@@ -167,6 +173,23 @@ elseif mode == "closed" then
   print(string.format("synthesis over fixed: %+.1f points", 100 * (as["eval/greedy_success"] - af["eval/greedy_success"])))
   print(string.format("proposer reward (learnability 4p(1-p), penalties -1 invalid, -0.5 duplicate): first quarter %.3f, last quarter %.3f",
     mean(rew, 1, q), mean(rew, STEPS - q + 1, STEPS)))
+  -- the learnability part alone: 4p(1-p) of the proposals that reached calibration, and how
+  -- many of all proposals did
+  local function part(from, to)
+    local s, n, all = 0, 0, 0
+    for _, rec in ipairs(synth.loop.records) do
+      if rec.step >= from and rec.step <= to then
+        all = all + 1
+        local c = rec.p and rec.p[1]
+        if c and c.source == "calibrate" then s, n = s + 4 * c.p * (1 - c.p), n + 1 end
+      end
+    end
+    return n > 0 and s / n or 0, all > 0 and n / all or 0
+  end
+  local l1, c1 = part(1, q)
+  local l4, c4 = part(STEPS - q + 1, STEPS)
+  print(string.format("learnability 4p(1-p) of the calibrated proposals: first quarter %.3f (%.0f%% of proposals calibrated), last quarter %.3f (%.0f%%)",
+    l1, 100 * c1, l4, 100 * c4))
   local ms = {}
   for s = 1, STEPS do if med[s] then ms[#ms + 1] = med[s] end end
   local lo, hi, inside = 1, 0, 0
@@ -188,10 +211,21 @@ else
     print(string.format("| %s | %s | %.1f%% | %.1f%% |", e[1], table.concat(p, " "), 100 * r.result.after["eval/neg_greedy_success"],
       100 * r.result.after["eval/greedy_success"]))
   end
+  -- the cluster's held-out success at every evaluation, and the gain over the warm start
+  local cu, ct = series(untargeted, "eval/neg_greedy_success"), series(targeted, "eval/neg_greedy_success")
+  local b0 = b["eval/neg_greedy_success"]
+  print("\n| step | cluster, untargeted | cluster, targeted | gain ratio (targeted / untargeted) |\n|---|---|---|---|")
+  for s = 1, STEPS do
+    if cu[s] and ct[s] then
+      local gu, gt = cu[s] - b0, ct[s] - b0
+      print(string.format("| %d | %.1f%% | %.1f%% | %s |", s, 100 * cu[s], 100 * ct[s],
+        gu > 0 and string.format("%.1fx", gt / gu) or (gt > 0 and "untargeted did not improve" or "neither improved")))
+    end
+  end
   local gu = untargeted.result.after["eval/neg_greedy_success"] - untargeted.result.before["eval/neg_greedy_success"]
   local gt = targeted.result.after["eval/neg_greedy_success"] - targeted.result.before["eval/neg_greedy_success"]
-  print(string.format("cluster gain: targeted %+.1f points, untargeted %+.1f points; ratio %s; max share in steps 2-5: %.2f",
-    100 * gt, 100 * gu, gu > 0 and string.format("%.1fx", gt / gu) or "n/a (untargeted did not improve)", share5(targeted)))
+  print(string.format("cluster gain after %d steps: targeted %+.1f points, untargeted %+.1f points; ratio %s; max share in steps 2-5: %.2f",
+    STEPS, 100 * gt, 100 * gu, gu > 0 and string.format("%.1fx", gt / gu) or "n/a (untargeted did not improve)", share5(targeted)))
 end
 if os.getenv("SYNTH_CURVES") then
   for _, name in ipairs { "runs/synth_" .. mode .. "_fixed", "runs/synth_" .. mode .. "_synth", "runs/synth_" .. mode .. "_synth_target" } do
