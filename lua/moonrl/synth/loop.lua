@@ -270,8 +270,9 @@ local function probe_retired(self, ctx, seed, out)
   for i, key in ipairs(keys) do
     local rec = self.records[self.by_key[key]]
     rec.p[#rec.p + 1] = { step = self.t, p = ps[i].p, n = ps[i].k, source = "probe" }
-    local back = self.retire and ps[i].p < self.retire.above or (not self.retire and ps[i].p <= self.calibrator.band[2])
-    if back then
+    local bar_ok -- whether the probe says the task is no longer mastered
+    if self.retire then bar_ok = ps[i].p < self.retire.above else bar_ok = ps[i].p <= self.calibrator.band[2] end
+    if bar_ok then
       local ok = not self.pool or self.pool:regress(key)
       if ok then
         for j = #self.retired, 1, -1 do if self.retired[j] == key then table.remove(self.retired, j) end end
